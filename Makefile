@@ -1,0 +1,32 @@
+# Two commands: `make lab` (open the course) and `make test` (run every check).
+# Both create .venv on first use and reinstall only when the pins change.
+
+PYTHON ?= python3
+VENV   ?= .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed
+PORT   ?= 8888
+
+.PHONY: lab test install lint release grade-benchmark clean
+
+$(STAMP): pyproject.toml requirements.lock
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check -r requirements.lock
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check --no-deps --no-build-isolation -e .
+	@touch $(STAMP)
+
+install: $(STAMP)  ## create .venv and install the pinned environment
+
+lab: $(STAMP)  ## open JupyterLab on notebooks/
+	$(BIN)/jupyter lab --notebook-dir=notebooks --port=$(PORT) $(LAB_ARGS)
+
+test: $(STAMP)  ## lint, check notebooks, run unit tests and every notebook (small sizes)
+	$(BIN)/ruff check course_utils tests notebooks
+	$(BIN)/nbstripout --verify notebooks/*.ipynb
+	COURSE_QUICK=1 $(BIN)/pytest $(PYTEST_ARGS)
+
+lint: $(STAMP)  ## ruff only
+	$(BIN)/ruff check course_utils tests notebooks
+
+clean:  ## remove the virtual environment
+	rm -rf $(VENV)

@@ -1,0 +1,50 @@
+"""Repository-wide pytest hooks: the guard that every notebook cell really ran.
+
+nbval turns each code cell of ``notebooks/*.ipynb`` into a test item. A notebook whose
+cells were skipped (an ``NBVAL_SKIP`` marker, a kernel that died, an item that never
+reported) would otherwise look green; this guard fails the session instead.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from pathlib import Path
+
+import nbformat
+import pytest
+
+_expected: dict[str, int] = {}
+_passed: Counter[str] = Counter()
+
+
+def _notebook_of(nodeid: str) -> str | None:
+    path = nodeid.split("::", 1)[0]
+    return path if path.endswith(".ipynb") else None
+
+
+def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Remember how many cells each fully selected notebook has."""
+    collected = Counter(nb for item in items if (nb := _notebook_of(item.nodeid)))
+    for notebook, count in collected.items():
+        path = Path(config.rootpath, notebook)
+        cells = [c for c in nbformat.read(path, as_version=4).cells if c.cell_type == "code" and c.source.strip()]
+        if count >= len(cells):  # a -k selection of part of a notebook is not guarded
+            _expected[notebook] = len(cells)
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    notebook = _notebook_of(report.nodeid)
+    if notebook and report.when == "call" and report.passed:
+        _passed[notebook] += 1
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """Fail the run if some notebook cell did not run and pass."""
+    short = {nb: (_passed[nb], n) for nb, n in _expected.items() if _passed[nb] < n}
+    if short and exitstatus == 0:
+        reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+        for notebook, (ran, total) in short.items():
+            message = f"notebook guard: {notebook}: only {ran} of {total} code cells ran and passed"
+            if reporter:
+                reporter.write_line(message, red=True)
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED

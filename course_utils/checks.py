@@ -1,0 +1,111 @@
+"""Assertion helpers for exercise tests: type and shape first, then value.
+
+Contract: every check raises ``AssertionError`` with a message a learner can act on
+("matmul_flops(2, 3, 4) should be an int, got str"). Type is checked exactly before any
+comparison, so an object whose ``__eq__`` always returns True cannot pass. Values are
+compared with functions bound when this module is imported, so a submission that later
+patches ``torch.allclose`` or ``torch.testing.assert_close`` does not change the verdict.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+
+import torch
+import torch.testing
+
+__all__ = ["check_equal", "check_float", "check_int", "check_tensor", "check_type"]
+
+_assert_close = torch.testing.assert_close
+_isclose = math.isclose
+
+
+def check_type(value: object, expected: type | tuple[type, ...], name: str) -> None:
+    """Fail unless ``value`` is an instance of ``expected``."""
+    if not isinstance(value, expected):
+        wanted = " or ".join(t.__name__ for t in expected) if isinstance(expected, tuple) else expected.__name__
+        raise AssertionError(f"{name} should be {_article(wanted)} {wanted}, got {type(value).__name__}: {value!r:.80}")
+
+
+def _article(word: str) -> str:
+    return "an" if word[:1].lower() in "aeiou" else "a"
+
+
+def check_int(value: object, expected: int, name: str) -> None:
+    """Fail unless ``value`` is an integer (not a bool or a float) equal to ``expected``."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise AssertionError(f"{name} should be an int, got {type(value).__name__}: {value!r:.80}")
+    if int(value) != expected:
+        raise AssertionError(f"{name} should be {expected}, got {int(value)}")
+
+
+def check_float(value: object, expected: float, name: str, *, rel_tol: float = 1e-6, abs_tol: float = 0.0) -> None:
+    """Fail unless ``value`` is a real number within tolerance of ``expected``."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise AssertionError(f"{name} should be a number, got {type(value).__name__}: {value!r:.80}")
+    if not _isclose(float(value), expected, rel_tol=rel_tol, abs_tol=abs_tol):
+        raise AssertionError(f"{name} should be about {expected:.6g}, got {float(value):.6g}")
+
+
+def check_tensor(
+    value: object,
+    expected: torch.Tensor,
+    name: str,
+    *,
+    rtol: float | None = None,
+    atol: float | None = None,
+    check_device: bool = False,
+) -> None:
+    """Fail unless ``value`` is a tensor with ``expected``'s shape, dtype and values.
+
+    Tolerances default to ``torch.testing.assert_close``'s for the dtype.
+    """
+    if type(value) is not torch.Tensor and not isinstance(value, torch.nn.Parameter):
+        raise AssertionError(f"{name} should be a torch.Tensor, got {type(value).__name__}")
+    assert isinstance(value, torch.Tensor)
+    if value.shape != expected.shape:
+        raise AssertionError(f"{name} should have shape {tuple(expected.shape)}, got {tuple(value.shape)}")
+    if value.dtype != expected.dtype:
+        raise AssertionError(f"{name} should have dtype {expected.dtype}, got {value.dtype}")
+    if check_device and value.device != expected.device:
+        raise AssertionError(f"{name} should be on {expected.device}, got {value.device}")
+    try:
+        _assert_close(
+            value.detach().cpu(), expected.detach().cpu(), rtol=rtol, atol=atol, check_device=False, msg=None
+        )
+    except AssertionError as error:
+        raise AssertionError(f"{name} has the right shape and dtype but wrong values:\n{error}") from None
+
+
+def _strictly_equal(value: object, expected: object) -> bool:
+    """Equality that never calls a method of ``value``'s own (possibly hostile) class."""
+    if type(value) is not type(expected):
+        return False
+    if isinstance(expected, (list, tuple)):
+        assert isinstance(value, (list, tuple))
+        return len(value) == len(expected) and all(map(_strictly_equal, value, expected))
+    if isinstance(expected, dict):
+        assert isinstance(value, dict)
+        return _strictly_equal(sorted(value.items(), key=repr), sorted(expected.items(), key=repr))
+    if isinstance(expected, (set, frozenset)):
+        assert isinstance(value, (set, frozenset))
+        return all(type(item) in _PLAIN for item in value) and value == expected
+    return type(expected) in _PLAIN and value == expected
+
+
+_PLAIN = (int, float, str, bool, bytes, type(None))
+
+
+def check_equal(value: object, expected: object, name: str) -> None:
+    """Fail unless ``value`` has ``expected``'s exact type and equals it, element by element.
+
+    Works for plain values (int, str, ...) and lists, tuples, sets and dicts of them.
+    """
+    if type(value) is not type(expected):
+        raise AssertionError(
+            f"{name} should be {_article(type(expected).__name__)} {type(expected).__name__}, "
+            f"got {type(value).__name__}: {value!r:.80}"
+        )
+    if not _strictly_equal(value, expected):
+        raise AssertionError(f"{name} should be {expected!r}, got {value!r:.200}")

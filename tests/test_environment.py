@@ -1,0 +1,46 @@
+"""The three descriptions of the environment agree: pyproject, environment.yml, the lock."""
+
+from pathlib import Path
+
+import tomllib
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _pins(requirements):
+    pins = {}
+    for line in requirements:
+        line = line.split("#")[0].strip()
+        if not line or line.startswith("-"):
+            continue
+        name, _, version = line.partition("==")
+        assert version, f"{line!r} is not pinned with =="
+        pins[name.lower().replace("_", "-")] = version
+    return pins
+
+
+def _pyproject_pins():
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    requirements = list(project["dependencies"])
+    for extra in project["optional-dependencies"].values():
+        requirements += extra
+    return _pins(requirements)
+
+
+def test_environment_yml_matches_pyproject():
+    environment = yaml.safe_load((ROOT / "environment.yml").read_text())
+    pip_section = next(d["pip"] for d in environment["dependencies"] if isinstance(d, dict))
+    assert "-e ." in pip_section
+    assert _pins(pip_section) == _pyproject_pins()
+
+
+def test_lock_contains_every_pin():
+    lock = _pins((ROOT / "requirements.lock").read_text().splitlines())
+    for name, version in _pyproject_pins().items():
+        assert lock.get(name) == version, f"requirements.lock has {name}=={lock.get(name)}, pyproject {version}"
+
+
+def test_torch_pin_is_the_cpu_file_on_disk():
+    # A looser torch requirement would pull a multi-GB CUDA build on the CI machine.
+    assert _pyproject_pins()["torch"] == "2.13.0"

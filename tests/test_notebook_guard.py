@@ -1,0 +1,32 @@
+"""The repository's conftest guard fails a run in which a notebook cell did not run."""
+
+import shutil
+from pathlib import Path
+
+import nbformat
+import pytest
+from nbformat.v4 import new_code_cell, new_notebook
+
+pytest_plugins = ["pytester"]
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _write(pytester, cells):
+    shutil.copy(ROOT / "conftest.py", pytester.path / "conftest.py")
+    nb = new_notebook(cells=[new_code_cell(source) for source in cells])
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    nbformat.write(nb, pytester.path / "demo.ipynb")
+
+
+def test_guard_passes_when_every_cell_runs(pytester):
+    _write(pytester, ["x = 1", "assert x == 1"])
+    result = pytester.runpytest_subprocess("--nbval-lax", "--nbval-current-env", "-p", "no:cacheprovider")
+    result.assert_outcomes(passed=2)
+    assert result.ret == pytest.ExitCode.OK
+
+
+def test_guard_fails_when_a_cell_is_skipped(pytester):
+    _write(pytester, ["x = 1", "# NBVAL_SKIP\nassert x == 1"])
+    result = pytester.runpytest_subprocess("--nbval-lax", "--nbval-current-env", "-p", "no:cacheprovider")
+    result.stdout.fnmatch_lines(["*notebook guard: demo.ipynb: only 1 of 2 code cells ran and passed*"])
+    assert result.ret == pytest.ExitCode.TESTS_FAILED

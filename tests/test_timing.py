@@ -1,0 +1,126 @@
+"""course_utils.timing, with a fake asynchronous device that only does its work on sync."""
+
+import time
+
+import pytest
+import torch
+
+from course_utils.timing import Comparison, Timing, benchmark, compare, format_seconds, synced_timer
+
+
+class FakeAsyncDevice:
+    """Queues work like a GPU: calls return at once, ``sync`` performs what was queued."""
+
+    def __init__(self, seconds_per_call: float) -> None:
+        self.seconds_per_call = seconds_per_call
+        self.queued = 0
+        self.syncs = 0
+        self.calls = 0
+
+    def launch(self) -> None:
+        self.calls += 1
+        self.queued += 1
+
+    def sync(self) -> None:
+        self.syncs += 1
+        time.sleep(self.queued * self.seconds_per_call)
+        self.queued = 0
+
+
+def test_benchmark_waits_for_queued_work():
+    fake = FakeAsyncDevice(seconds_per_call=0.002)
+    timing = benchmark(fake.launch, sync=fake.sync, min_run_time=0.05)
+    # Every queued call is paid for inside the timed region: at least 2 ms per call.
+    assert timing.median >= 0.002 * 0.95
+    assert fake.queued == 0
+
+
+def test_naive_timing_misses_queued_work():
+    """The failure benchmark() avoids: without a sync, the launch is all you measure."""
+    fake = FakeAsyncDevice(seconds_per_call=0.01)
+    start = time.perf_counter()
+    fake.launch()
+    naive = time.perf_counter() - start
+    assert naive < 0.01 <= (benchmark(fake.launch, sync=fake.sync, min_run_time=0.05).median * 1.05)
+
+
+def test_benchmark_syncs_before_every_clock_read():
+    events = []
+    clock = synced_timer(lambda: events.append("sync"))
+    events.append("read")
+    clock()
+    assert events == ["read", "sync"]
+    fake = FakeAsyncDevice(0.0)
+    benchmark(fake.launch, sync=fake.sync, warmup=3, min_run_time=0.01)
+    assert fake.syncs >= 3  # after warm-up, then before each clock read
+    assert fake.calls >= 3 + 1
+
+
+def test_benchmark_uses_all_torch_threads(monkeypatch):
+    seen = {}
+    original = torch.utils.benchmark.Timer.__init__
+
+    def spy(self, *args, **kwargs):
+        seen["num_threads"] = kwargs.get("num_threads")
+        original(self, *args, **kwargs)
+
+    monkeypatch.setattr(torch.utils.benchmark.Timer, "__init__", spy)
+    benchmark(lambda: None, min_run_time=0.01)
+    assert seen["num_threads"] == torch.get_num_threads()
+
+
+def test_benchmark_on_cuda_device_uses_cuda_sync(monkeypatch):
+    calls = []
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda device=None: calls.append(device))
+    benchmark(lambda: None, device="cuda", warmup=1, min_run_time=0.01)
+    assert calls and all(d == torch.device("cuda") for d in calls)
+
+
+def test_timing_statistics():
+    timing = Timing("x", (1.0, 2.0, 3.0, 4.0, 100.0))
+    assert timing.median == 3.0
+    assert timing.iqr > 0
+    assert timing.per_second(6) == 2.0
+    assert Timing("one", (2.0,)).iqr == 0.0
+    assert "x:" in str(timing)
+
+
+def test_compare_ratios_and_table():
+    comparison = Comparison(
+        {"slow": Timing("slow", (2.0, 2.0)), "fast": Timing("fast", (0.5, 0.5))},
+        baseline="slow",
+        hardware="Test CPU",
+        items_per_call=10,
+    )
+    assert comparison.speedups() == {"slow": 1.0, "fast": 4.0}
+    table = comparison.table()
+    assert "Test CPU" in table and "4.00x" in table and "items/s" in table
+
+
+def test_compare_runs_every_variant_and_checks_baseline():
+    counts = {"a": 0, "b": 0}
+
+    def make(name):
+        def fn():
+            counts[name] += 1
+
+        return fn
+
+    result = compare({"a": make("a"), "b": make("b")}, device="cpu", min_run_time=0.02, rounds=2)
+    assert set(result.timings) == {"a", "b"} and result.baseline == "a"
+    assert counts["a"] > 2 and counts["b"] > 2
+    assert result.hardware
+    with pytest.raises(ValueError, match="baseline"):
+        compare({"a": make("a")}, baseline="zzz")
+    with pytest.raises(ValueError):
+        compare({})
+
+
+def test_sleep_is_measured_correctly():
+    timing = benchmark(lambda: time.sleep(0.003), min_run_time=0.05)
+    assert timing.median >= 0.003
+
+
+@pytest.mark.parametrize(("seconds", "text"), [(2.5, "2.5 s"), (0.0015, "1.5 ms"), (2e-6, "2 µs"), (5e-9, "5 ns")])
+def test_format_seconds(seconds, text):
+    assert format_seconds(seconds) == text

@@ -1,0 +1,67 @@
+"""course_utils.training: the loop learns, logs every step, and clips when asked."""
+
+import math
+
+import pytest
+import torch
+
+from course_utils.data import load_digits_split
+from course_utils.models import MLP
+from course_utils.training import History, accuracy, train_classifier
+
+
+@pytest.fixture(scope="module")
+def digits():
+    return load_digits_split(seed=0)
+
+
+def test_training_learns_digits(digits):
+    torch.manual_seed(0)
+    model = MLP(64, 10, hidden=64, depth=1)
+    history = train_classifier(model, digits.X_train, digits.y_train, epochs=3, batch_size=64, lr=0.1)
+    steps = 3 * math.ceil(len(digits.y_train) / 64)
+    assert len(history.losses) == len(history.grad_norms) == steps
+    assert sum(history.losses[-10:]) / 10 < 0.5 * sum(history.losses[:10]) / 10
+    assert accuracy(model, digits.X_test, digits.y_test) > 0.85
+    assert model.training  # accuracy() restores the mode
+
+
+def test_training_is_reproducible(digits):
+    def run():
+        torch.manual_seed(0)
+        return train_classifier(MLP(64, 10, hidden=16, depth=1), digits.X_train, digits.y_train, epochs=1).losses
+
+    assert run() == run()
+
+
+def test_clip_norm_records_norm_before_clipping(digits):
+    torch.manual_seed(0)
+    plain = train_classifier(MLP(64, 10, depth=1), digits.X_train[:64], digits.y_train[:64], epochs=1, batch_size=64)
+    torch.manual_seed(0)
+    model = MLP(64, 10, depth=1)
+    clipped = train_classifier(
+        model, digits.X_train[:64], digits.y_train[:64], epochs=1, batch_size=64, clip_norm=1e-3
+    )
+    # Same first step before any update: same loss and same (unclipped) norm.
+    assert clipped.losses[0] == pytest.approx(plain.losses[0])
+    assert clipped.grad_norms[0] == pytest.approx(plain.grad_norms[0], rel=1e-5)
+    assert clipped.grad_norms[0] > 1e-3
+
+
+def test_diverging_run_stops_early():
+    X = torch.randn(256, 8) * 1e6
+    y = torch.randint(0, 2, (256,))
+    torch.manual_seed(0)
+    history = train_classifier(MLP(8, 2, depth=2), X, y, epochs=50, batch_size=32, lr=1e6)
+    assert history.diverged
+    assert len(history.losses) < 50 * 8
+
+
+def test_history_diverged_flag():
+    assert not History([1.0, 0.5]).diverged
+    assert History([1.0, float("nan")]).diverged
+
+
+def test_unknown_optimizer(digits):
+    with pytest.raises(ValueError, match="optimizer"):
+        train_classifier(MLP(64, 10), digits.X_train, digits.y_train, optimizer="lbfgs")
