@@ -81,6 +81,9 @@ class SavedTensorsCounter:
     the ones that belong to ``exclude`` (typically the model's parameters, which exist
     anyway). Built on ``torch.autograd.graph.saved_tensors_hooks``.
 
+    Storages are identified by address, so run ``backward()`` after the block: memory
+    freed by a backward pass inside it can be reused at the same address and undercounted.
+
     >>> layer = nn.Linear(4, 3)
     >>> with SavedTensorsCounter(exclude=layer.parameters()) as counter:
     ...     out = layer(torch.randn(2, 4, requires_grad=True)).relu()
