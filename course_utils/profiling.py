@@ -1,0 +1,135 @@
+"""Profile a few training steps and summarise where each step spends its time.
+
+Contract: nothing happens at import and nothing is written to disk. ``profile_steps``
+runs a step function under ``torch.profiler.profile`` with a one-cycle ``schedule``
+(skip, warm up, then record) and returns the finished profiler, whose
+``key_averages()`` and ``export_chrome_trace`` work as usual. ``label_times`` reads the
+``record_function`` labels of a profile as milliseconds per step, and
+``plot_label_times`` draws them as one stacked bar per variant.
+First written out in notebook 10 ("Find the bottleneck with the profiler").
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import matplotlib.pyplot as plt
+import torch
+from matplotlib.axes import Axes
+from matplotlib.figure import Figure
+from torch.profiler import ProfilerActivity, profile, schedule
+
+from course_utils.device import synchronize
+
+__all__ = ["label_times", "plot_label_times", "profile_steps", "profiler_activities"]
+
+_STEP_KEY = "ProfilerStep*"
+"""``key_averages`` groups the ``ProfilerStep#N`` ranges that ``prof.step()`` opens under this key."""
+
+
+def profiler_activities(device: torch.device | str) -> list[ProfilerActivity]:
+    """What to record for work on ``device``: always the CPU, plus CUDA kernels on a GPU.
+
+    Only the device type is read, so this is safe to call on a machine without CUDA.
+
+    >>> profiler_activities("cpu")
+    [<ProfilerActivity.CPU: 0>]
+    >>> [a.name for a in profiler_activities("cuda:0")]
+    ['CPU', 'CUDA']
+    """
+    activities = [ProfilerActivity.CPU]
+    if torch.device(device).type == "cuda":
+        activities.append(ProfilerActivity.CUDA)
+    return activities
+
+
+def profile_steps(
+    step: Callable[[], object],
+    *,
+    device: torch.device | str = "cpu",
+    wait: int = 1,
+    warmup: int = 1,
+    active: int = 3,
+    **profile_options: Any,
+) -> profile:
+    """Run ``step()`` ``wait + warmup + active`` times under the profiler; return it.
+
+    The first ``wait`` steps run unprofiled (lazy initialisation, first allocations),
+    the next ``warmup`` steps run with the profiler on but discarded, and the last
+    ``active`` steps are recorded, each as a ``ProfilerStep#N`` range. The device is
+    synchronised once, after the last step, so its queued kernels are inside the
+    record; no step is synchronised otherwise, so a sync the step itself forces stays
+    visible. ``profile_options`` go to ``torch.profiler.profile`` (``record_shapes``,
+    ``profile_memory``, ``with_stack``, ...).
+
+    >>> x = torch.randn(32, 32)
+    >>> prof = profile_steps(lambda: x @ x, active=2)
+    >>> [e.count for e in prof.key_averages() if e.key == "ProfilerStep*"]
+    [2]
+    """
+    if wait < 0 or warmup < 1 or active < 1:
+        raise ValueError(f"need wait >= 0, warmup >= 1 and active >= 1, got {wait}, {warmup}, {active}")
+    num_steps = wait + warmup + active
+    with profile(
+        activities=profiler_activities(device),
+        schedule=schedule(wait=wait, warmup=warmup, active=active, repeat=1),
+        **profile_options,
+    ) as prof:
+        for index in range(num_steps):
+            step()
+            if index == num_steps - 1:
+                synchronize(device)
+            prof.step()
+    return prof
+
+
+def label_times(prof: profile, labels: Sequence[str]) -> dict[str, float]:
+    """CPU milliseconds per recorded step spent inside each ``record_function`` label.
+
+    A label's time includes everything that ran inside it (its child operators and
+    any wait for the device). A label that never ran reads 0.0. Profiles without
+    ``ProfilerStep`` ranges count as a single step.
+
+    >>> from torch.profiler import record_function
+    >>> x = torch.randn(32, 32)
+    >>> def step():
+    ...     with record_function("matmul"):
+    ...         x @ x
+    >>> times = label_times(profile_steps(step), ["matmul", "missing"])
+    >>> times["matmul"] > 0.0, times["missing"]
+    (True, 0.0)
+    """
+    totals = {event.key: event for event in prof.key_averages()}
+    steps = totals[_STEP_KEY].count if _STEP_KEY in totals else 1
+    return {label: (totals[label].cpu_time_total / 1e3 / steps if label in totals else 0.0) for label in labels}
+
+
+def plot_label_times(
+    breakdowns: Mapping[str, Mapping[str, float]],
+    *,
+    title: str = "Where each step's time goes",
+    unit: str = "ms",
+) -> tuple[Figure, Axes]:
+    """One horizontal stacked bar per variant: time per step inside each label.
+
+    ``breakdowns`` maps a variant name to ``{label: time}`` (``label_times`` output).
+    Labels keep the order in which they first appear, with one colour each.
+    """
+    labels: list[str] = []
+    for times in breakdowns.values():
+        labels.extend(label for label in times if label not in labels)
+    variants = list(breakdowns)
+    fig, ax = plt.subplots(figsize=(7.5, 1.2 + 0.5 * len(variants)), layout="constrained")
+    left = [0.0] * len(variants)
+    colours = plt.get_cmap("tab10")
+    for index, label in enumerate(labels):
+        widths = [breakdowns[variant].get(label, 0.0) for variant in variants]
+        ax.barh(variants, widths, left=left, label=label, color=colours(index % 10))
+        left = [start + width for start, width in zip(left, widths, strict=True)]
+    ax.invert_yaxis()
+    ax.set_xlabel(f"{unit} per step (CPU time inside each label)")
+    ax.set_title(title)
+    fig.legend(loc="outside right upper", fontsize="small")
+    ax.grid(alpha=0.3, axis="x")
+    return fig, ax
