@@ -92,11 +92,23 @@ def train_classifier(
 
 
 @torch.inference_mode()
-def accuracy(model: nn.Module, X: torch.Tensor, y: torch.Tensor, batch_size: int = 1024) -> float:
-    """Fraction of ``X`` that ``model`` (in eval mode) labels correctly, on the model's device."""
+def accuracy(
+    model: nn.Module,
+    X: torch.Tensor,
+    y: torch.Tensor,
+    batch_size: int = 1024,
+    device: torch.device | str | None = None,
+) -> float:
+    """Fraction of ``X`` that ``model`` (in eval mode) labels correctly.
+
+    Runs on ``device``, by default the device of the model's first parameter (the CPU for
+    models without parameters, such as the legacy quantized ones).
+    """
     was_training = model.training
     model.eval()
-    device = next(model.parameters()).device
+    if device is None:
+        first = next(iter(model.parameters()), None)
+        device = first.device if first is not None else torch.device("cpu")
     correct = 0
     for start in range(0, len(y), batch_size):
         logits = model(X[start : start + batch_size].to(device))

@@ -65,3 +65,8 @@ def test_history_diverged_flag():
 def test_unknown_optimizer(digits):
     with pytest.raises(ValueError, match="optimizer"):
         train_classifier(MLP(64, 10), digits.X_train, digits.y_train, optimizer="lbfgs")
+
+
+def test_accuracy_of_a_model_without_parameters():
+    X = torch.tensor([[2.0, 1.0], [0.0, 3.0], [5.0, 4.0]])
+    assert accuracy(torch.nn.Identity(), X, torch.tensor([0, 1, 1])) == pytest.approx(2 / 3)
