@@ -1,4 +1,4 @@
-"""Repository-wide pytest hooks: the guard that every notebook cell really ran.
+"""Repository-wide pytest hooks: every notebook cell really ran, and how long each notebook took.
 
 nbval turns each code cell of ``notebooks/*.ipynb`` into a test item. A notebook whose
 cells were skipped (an ``NBVAL_SKIP`` marker, a kernel that died, an item that never
@@ -15,6 +15,7 @@ import pytest
 
 _expected: dict[str, int] = {}
 _passed: Counter[str] = Counter()
+_seconds: Counter[str] = Counter()
 
 
 def _notebook_of(nodeid: str) -> str | None:
@@ -34,8 +35,19 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
 
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
     notebook = _notebook_of(report.nodeid)
-    if notebook and report.when == "call" and report.passed:
-        _passed[notebook] += 1
+    if notebook:
+        _seconds[notebook] += report.duration
+        if report.when == "call" and report.passed:
+            _passed[notebook] += 1
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    """List each notebook's run time (kernel start included), slowest first."""
+    if not _seconds:
+        return
+    terminalreporter.section("notebook run times")
+    for notebook, seconds in _seconds.most_common():
+        terminalreporter.write_line(f"{seconds:7.1f} s  {notebook}")
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
