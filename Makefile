@@ -30,5 +30,11 @@ test: $(STAMP)  ## lint, check notebooks, run unit tests and every notebook (sma
 lint: $(STAMP)  ## ruff only
 	$(BIN)/ruff check course_utils tests notebooks
 
+release: $(STAMP)  ## regenerate the student versions in grading/release/ from notebooks/
+	$(BIN)/course release
+
+grade-benchmark: $(STAMP)  ## plain nbgrader vs `course autograde --jobs 2` on a class of 20; prints the ratio
+	$(BIN)/python grading/benchmark.py $(BENCH_ARGS)
+
 clean:  ## remove the virtual environment
 	rm -rf $(VENV)

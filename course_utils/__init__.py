@@ -1,87 +1,59 @@
 """Helpers for the course "Optimization techniques for PyTorch".
 
-Importing this package has no side effects: it seeds nothing and sets no flags.
-Each submodule states its contract in its docstring; the names most notebooks use are
-re-exported here::
+Importing this package has no side effects: it seeds nothing, sets no flags, and loads
+nothing heavy. The names most notebooks use are re-exported here and loaded on first
+use (so ``course``, the grading command, starts without importing torch)::
 
     from course_utils import pick_device, benchmark, compare, seed_everything
+
+Each submodule states its contract in its docstring.
 """
 
-from course_utils.checks import check_equal, check_float, check_int, check_tensor, check_type
-from course_utils.data import (
-    SlowDataset,
-    Split,
-    load_digits_split,
-    make_classification,
-    make_loader,
-    make_regression,
-)
-from course_utils.device import (
-    choose_device,
-    describe_environment,
-    device_name,
-    format_environment,
-    pick_device,
-    synchronize,
-)
-from course_utils.env import in_colab, quick_mode, scaled, seed_everything
-from course_utils.hardware import GPU_PEAKS, achieved_fraction, estimate_cpu_peak, peak_for, peak_gflops
-from course_utils.memory import (
-    SavedTensorsCounter,
-    format_bytes,
-    optimizer_state_bytes,
-    parameter_bytes,
-    saved_activation_bytes,
-    tensor_bytes,
-)
-from course_utils.models import MLP, DigitsCNN
-from course_utils.plotting import plot_curves, plot_speedups, plot_vs_batch_size
-from course_utils.timing import Comparison, Timing, benchmark, compare
-from course_utils.training import History, accuracy, train_classifier
+from __future__ import annotations
 
-__all__ = [
-    "GPU_PEAKS",
-    "MLP",
-    "Comparison",
-    "DigitsCNN",
-    "History",
-    "SavedTensorsCounter",
-    "SlowDataset",
-    "Split",
-    "Timing",
-    "accuracy",
-    "achieved_fraction",
-    "benchmark",
-    "check_equal",
-    "check_float",
-    "check_int",
-    "check_tensor",
-    "check_type",
-    "choose_device",
-    "compare",
-    "describe_environment",
-    "device_name",
-    "estimate_cpu_peak",
-    "format_bytes",
-    "format_environment",
-    "in_colab",
-    "load_digits_split",
-    "make_classification",
-    "make_loader",
-    "make_regression",
-    "optimizer_state_bytes",
-    "parameter_bytes",
-    "peak_for",
-    "peak_gflops",
-    "pick_device",
-    "plot_curves",
-    "plot_speedups",
-    "plot_vs_batch_size",
-    "quick_mode",
-    "saved_activation_bytes",
-    "scaled",
-    "seed_everything",
-    "synchronize",
-    "tensor_bytes",
-    "train_classifier",
-]
+import importlib
+from typing import Any
+
+_EXPORTS: dict[str, tuple[str, ...]] = {
+    "checks": ("check_equal", "check_float", "check_int", "check_tensor", "check_type"),
+    "data": ("SlowDataset", "Split", "load_digits_split", "make_classification", "make_loader", "make_regression"),
+    "device": (
+        "choose_device",
+        "describe_environment",
+        "device_name",
+        "format_environment",
+        "pick_device",
+        "synchronize",
+    ),
+    "env": ("in_colab", "quick_mode", "scaled", "seed_everything"),
+    "hardware": ("GPU_PEAKS", "achieved_fraction", "estimate_cpu_peak", "peak_for", "peak_gflops"),
+    "memory": (
+        "SavedTensorsCounter",
+        "format_bytes",
+        "optimizer_state_bytes",
+        "parameter_bytes",
+        "saved_activation_bytes",
+        "tensor_bytes",
+    ),
+    "models": ("MLP", "DigitsCNN"),
+    "plotting": ("plot_curves", "plot_speedups", "plot_vs_batch_size"),
+    "timing": ("Comparison", "Timing", "benchmark", "compare"),
+    "training": ("History", "accuracy", "train_classifier"),
+}
+_MODULE_OF = {name: module for module, names in _EXPORTS.items() for name in names}
+
+__all__ = sorted(_MODULE_OF)
+
+
+def __getattr__(name: str) -> Any:
+    """Load a re-exported name from its submodule the first time it is asked for."""
+    module = _MODULE_OF.get(name)
+    if module is None:
+        raise AttributeError(f"module 'course_utils' has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"course_utils.{module}"), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

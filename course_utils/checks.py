@@ -32,20 +32,36 @@ def _article(word: str) -> str:
     return "an" if word[:1].lower() in "aeiou" else "a"
 
 
+def _true_int(value: object) -> int:
+    """The integer ``value`` holds, without calling an ``int`` subclass's own ``__int__``."""
+    return int.__int__(value) if isinstance(value, int) else int(value)  # type: ignore[call-overload]
+
+
+def _true_float(value: object) -> float:
+    """The number ``value`` holds, without calling a ``float``/``int`` subclass's own conversion."""
+    if isinstance(value, float):
+        return float.__float__(value)
+    if isinstance(value, int):
+        return float(int.__int__(value))
+    return float(value)  # type: ignore[arg-type]
+
+
 def check_int(value: object, expected: int, name: str) -> None:
     """Fail unless ``value`` is an integer (not a bool or a float) equal to ``expected``."""
     if isinstance(value, bool) or not isinstance(value, numbers.Integral):
         raise AssertionError(f"{name} should be an int, got {type(value).__name__}: {value!r:.80}")
-    if int(value) != expected:
-        raise AssertionError(f"{name} should be {expected}, got {int(value)}")
+    actual = _true_int(value)
+    if actual != expected:
+        raise AssertionError(f"{name} should be {expected}, got {actual}")
 
 
 def check_float(value: object, expected: float, name: str, *, rel_tol: float = 1e-6, abs_tol: float = 0.0) -> None:
     """Fail unless ``value`` is a real number within tolerance of ``expected``."""
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
         raise AssertionError(f"{name} should be a number, got {type(value).__name__}: {value!r:.80}")
-    if not _isclose(float(value), expected, rel_tol=rel_tol, abs_tol=abs_tol):
-        raise AssertionError(f"{name} should be about {expected:.6g}, got {float(value):.6g}")
+    actual = _true_float(value)
+    if not _isclose(actual, expected, rel_tol=rel_tol, abs_tol=abs_tol):
+        raise AssertionError(f"{name} should be about {expected:.6g}, got {actual:.6g}")
 
 
 def check_tensor(

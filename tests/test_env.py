@@ -51,3 +51,17 @@ print("ok")
 """
     result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120)
     assert result.returncode == 0 and result.stdout.strip() == "ok", result.stderr
+
+
+def test_every_exported_name_resolves():
+    import course_utils
+
+    for name in course_utils.__all__:
+        assert getattr(course_utils, name) is not None, name
+    assert set(course_utils.__all__) <= set(dir(course_utils))
+
+
+def test_importing_the_package_does_not_import_torch():
+    probe = "import sys, course_utils, course_utils.grading.cli; print('torch' in sys.modules)"
+    result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120)
+    assert result.stdout.strip() == "False", result.stderr

@@ -1,0 +1,155 @@
+"""The wrapper that every grading kernel starts through: limits, hiding, a separate user.
+
+Run as a script (``python .../jail.py CONFIG_JSON -- KERNEL_ARGV...``), never imported by
+path through the package, so that it starts in milliseconds without importing torch. It
+only uses the standard library. ``sandbox.jail_argv`` puts it behind ``unshare`` when the
+machine allows, so it runs as root of fresh network, mount and PID namespaces; it then:
+
+1. makes the interpreter reachable for the grading user (see ``_expose``), hides the
+   course directories (gradebook, ``source/``, submissions) under empty read-only
+   tmpfs mounts, gives ``/var/tmp``, ``/dev/shm`` and ``/run/lock`` small private tmpfs,
+   and brings up the loopback interface of its own network namespace (nothing else);
+2. hands the kernel's connection file and working directory to the grading user;
+3. sets resource limits (address space, processes, file size, CPU time, no core dumps);
+4. drops to the grading user (when root), forbids gaining privileges (``no_new_privs``),
+   asks to be killed with its parent, and execs the kernel with a clean environment.
+
+Any step that the machine does not allow is skipped only if the config says so; otherwise
+the jail exits with status 97 and a message on stderr, so a missing protection is never
+silent.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import os
+import resource
+import signal
+import sys
+
+_PR_SET_PDEATHSIG = 1
+_PR_SET_NO_NEW_PRIVS = 38
+_MS_RDONLY = 1
+_MS_NOSUID = 2
+_MS_NODEV = 4
+_MS_BIND = 4096
+_MS_REC = 16384
+
+
+def _libc() -> ctypes.CDLL:
+    return ctypes.CDLL(None, use_errno=True)
+
+
+def _mount_tmpfs(libc: ctypes.CDLL, target: str, options: str, readonly: bool = False) -> None:
+    flags = _MS_NOSUID | _MS_NODEV | (_MS_RDONLY if readonly else 0)
+    if libc.mount(b"tmpfs", target.encode(), b"tmpfs", flags, options.encode()) != 0:
+        errno = ctypes.get_errno()
+        raise OSError(errno, f"mount tmpfs on {target}: {os.strerror(errno)}")
+
+
+def _expose(libc: ctypes.CDLL, paths: list[str]) -> None:
+    """Make ``paths`` reachable for the grading user without opening their parents.
+
+    A directory on the way that others may not traverse (``/root`` holding a pyenv
+    Python, say) is covered with an empty tmpfs in this mount namespace, and only the
+    entries on the way are bound back in: the interpreter becomes reachable and the rest
+    of that directory stays out of sight.
+    """
+    needed: dict[str, set[str]] = {}
+    for path in paths:
+        parts = os.path.realpath(path).split(os.sep)
+        for depth in range(1, len(parts) - 1):
+            ancestor = os.sep.join(parts[: depth + 1]) or os.sep
+            if not os.stat(ancestor).st_mode & 0o001:
+                needed.setdefault(ancestor, set()).add(parts[depth + 1])
+    for ancestor in sorted(needed, key=len):
+        fds = {name: os.open(os.path.join(ancestor, name), os.O_PATH) for name in needed[ancestor]}
+        _mount_tmpfs(libc, ancestor, "size=4k,mode=0755")
+        for name, fd in fds.items():
+            target = os.path.join(ancestor, name)
+            os.mkdir(target)
+            if libc.mount(f"/proc/self/fd/{fd}".encode(), target.encode(), None, _MS_BIND | _MS_REC, None) != 0:
+                errno = ctypes.get_errno()
+                raise OSError(errno, f"bind {target}: {os.strerror(errno)}")
+            os.close(fd)
+
+
+def _loopback_up() -> None:
+    """Bring up ``lo`` in the fresh network namespace (it starts down): local servers such as
+    torch.distributed's rendezvous work, and still nothing outside the namespace is reachable."""
+    import fcntl
+    import socket
+    import struct
+
+    siocgifflags, siocsifflags, iff_up = 0x8913, 0x8914, 0x1
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+        request = struct.pack("16sh", b"lo", 0)
+        flags = struct.unpack("16sh", fcntl.ioctl(sock, siocgifflags, request))[1]
+        fcntl.ioctl(sock, siocsifflags, struct.pack("16sh", b"lo", flags | iff_up))
+
+
+def _fail(message: str) -> None:
+    sys.stderr.write(f"course jail: {message}\n")
+    sys.stderr.flush()
+    os._exit(97)
+
+
+def main(argv: list[str]) -> None:
+    config = json.loads(argv[0])
+    kernel = argv[argv.index("--") + 1 :]
+    libc = _libc()
+
+    if config["mounts"]:
+        try:
+            if config["uid"] is not None:
+                _expose(libc, config["expose"])
+            for path in config["hide"]:
+                if os.path.isdir(path):
+                    _mount_tmpfs(libc, path, "size=4k,mode=0755", readonly=True)
+            for path in ("/var/tmp", "/dev/shm", "/run/lock"):
+                if os.path.isdir(path):
+                    _mount_tmpfs(libc, path, "size=16m,mode=1777")
+            _loopback_up()
+        except OSError as error:
+            _fail(str(error))
+
+    uid, gid = config["uid"], config["gid"]
+    if uid is not None:
+        for path in (config["workdir"], config["connection_file"]):
+            os.chown(path, uid, gid)
+
+    limits = {
+        resource.RLIMIT_AS: config["memory_bytes"],
+        resource.RLIMIT_FSIZE: config["file_bytes"],
+        resource.RLIMIT_CPU: config["cpu_seconds"],
+        resource.RLIMIT_CORE: 0,
+        resource.RLIMIT_NOFILE: 1024,
+    }
+    if config["processes"]:
+        limits[resource.RLIMIT_NPROC] = config["processes"]
+    for kind, value in limits.items():
+        hard = value if kind != resource.RLIMIT_CPU else value + 5
+        try:
+            resource.setrlimit(kind, (value, hard))
+        except (ValueError, OSError) as error:
+            _fail(f"cannot set limit {kind}: {error}")
+
+    if uid is not None:
+        try:
+            os.setgroups([])
+            os.setgid(gid)
+            os.setuid(uid)
+        except OSError as error:
+            _fail(f"cannot switch to the grading user {uid}: {error}")
+    # Setting credentials clears the parent-death signal: ask for it afterwards.
+    libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    if libc.prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
+        _fail("cannot set no_new_privs")
+
+    os.chdir(config["workdir"])
+    os.execve(kernel[0], kernel, config["env"])
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

@@ -1,0 +1,196 @@
+"""Grading workers: long-lived processes that each run one notebook at a time.
+
+Contract: ``WorkerPool(jobs, ...)`` starts ``jobs`` worker processes (each in a mount
+namespace of its own when the sandbox level allows, so that every job gets a fresh,
+size-limited ``/tmp``) and ``pool.run(tasks)`` yields ``(task_id, result)`` as jobs finish,
+in completion order. A result is a dict with the executed notebook, the notes and the
+seconds taken; a worker that dies mid-job is replaced and the job reported as a grader
+error, never lost. Workers talk JSON lines over their stdin/stdout; they start without
+importing torch (the ``course_utils`` package ``__init__`` is bypassed).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import logging
+import os
+import queue
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import nbformat
+
+from course_utils.grading.sandbox import GRADING_UID_BASE, Limits, Protections, jail_argv, worker_prefix
+
+__all__ = ["WorkerPool", "run_job"]
+
+_PACKAGE_DIR = Path(__file__).resolve().parents[1]
+# Start the worker with a bare `course_utils` package so that its __init__ (which imports torch) never runs.
+_BOOTSTRAP = (
+    f"import sys, types; p = types.ModuleType('course_utils'); p.__path__ = [{str(_PACKAGE_DIR)!r}]; "
+    "sys.modules['course_utils'] = p; from course_utils.grading.worker import serve; serve()"
+)
+_MNT_DETACH = 2
+
+
+def _mount_private_tmp(size: int) -> bool:
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.umount2(b"/tmp", _MNT_DETACH)
+    return libc.mount(b"tmpfs", b"/tmp", b"tmpfs", 2 | 4, f"size={size},mode=0711".encode()) == 0
+
+
+def _kill_user(uid: int) -> None:
+    """Kill whatever still runs as this slot's grading user (nothing else ever does)."""
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                if os.stat(f"/proc/{entry}").st_uid == uid:
+                    os.kill(int(entry), 9)
+            except OSError:
+                pass
+
+
+def run_job(job: dict) -> dict:
+    """Execute one notebook (called inside a worker)."""
+    from course_utils.grading.execute import JailedKernelManager, execute
+
+    started = time.monotonic()
+    limits = Limits(**job["limits"])
+    protections = Protections(job["level"])
+    notes: list[str] = []
+    private = job.get("private_tmp", False) and _mount_private_tmp(limits.disk_bytes)
+    base = Path(tempfile.mkdtemp(prefix="course-grade-"))
+    base.chmod(0o711)
+    workdir = base / "work"
+    workdir.mkdir(mode=0o700)
+    if protections.level == "root":
+        uid = GRADING_UID_BASE + job["slot"]
+        os.chown(workdir, uid, uid)
+    nb = nbformat.from_dict(job["nb"])
+
+    def new_kernel() -> JailedKernelManager:
+        km = JailedKernelManager(kernel_name="python3")
+        connection = workdir / "kernel.json"
+        connection.unlink(missing_ok=True)
+        jail = jail_argv(
+            protections,
+            limits,
+            workdir=workdir,
+            connection_file=connection,
+            hide=[Path(p) for p in job["hide"]],
+            slot=job["slot"],
+        )
+        km.configure(jail, workdir, base / "kernel.log")
+        return km
+
+    try:
+        execute(nb, new_kernel, limits, notes)
+    finally:
+        if protections.level == "root":
+            _kill_user(GRADING_UID_BASE + job["slot"])
+        shutil.rmtree(base, ignore_errors=True)
+    return {"nb": nb, "notes": notes, "seconds": time.monotonic() - started, "private_tmp": bool(private)}
+
+
+def serve() -> None:
+    """Worker main loop: one JSON job per stdin line, one JSON result per stdout line."""
+    out = os.fdopen(os.dup(1), "w")
+    os.dup2(2, 1)  # stray prints go to the log, never into the result stream
+    logging.disable(logging.CRITICAL)
+    for line in sys.stdin:
+        job = json.loads(line)
+        try:
+            result = run_job(job)
+        except Exception as error:
+            result = {"error": f"{type(error).__name__}: {error}", "notes": [], "seconds": 0.0}
+        out.write(json.dumps(result) + "\n")
+        out.flush()
+
+
+class WorkerPool:
+    """``jobs`` grading workers fed from one queue."""
+
+    def __init__(self, jobs: int, protections: Protections, limits: Limits, hide: list[Path]):
+        self.jobs = max(1, jobs)
+        self.protections = protections
+        self.limits = limits
+        self.hide = [str(p) for p in hide]
+        self._log = tempfile.NamedTemporaryFile(prefix="course-workers-", suffix=".log", delete=False)  # noqa: SIM115
+
+    def _start(self) -> subprocess.Popen:
+        argv = [*worker_prefix(self.protections), sys.executable, "-c", _BOOTSTRAP]
+        return subprocess.Popen(
+            argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._log, text=True, bufsize=1
+        )
+
+    def run(self, tasks: list[tuple[str, dict]]) -> Iterator[tuple[str, dict]]:
+        """Yield (task id, result) for every (task id, notebook dict) as they finish."""
+        todo: queue.Queue = queue.Queue()
+        for task in tasks:
+            todo.put(task)
+        done: queue.Queue = queue.Queue()
+
+        def feed(slot: int) -> None:
+            worker = self._start()
+            try:
+                while True:
+                    try:
+                        task_id, nb = todo.get_nowait()
+                    except queue.Empty:
+                        return
+                    job = {
+                        "nb": nb,
+                        "slot": slot,
+                        "limits": self.limits.to_dict(),
+                        "level": self.protections.level,
+                        "hide": self.hide,
+                        "private_tmp": self.protections.namespaces,
+                    }
+                    line = ""
+                    try:
+                        assert worker.stdin is not None and worker.stdout is not None
+                        worker.stdin.write(json.dumps(job) + "\n")
+                        worker.stdin.flush()
+                        line = worker.stdout.readline()
+                    except (BrokenPipeError, OSError):
+                        pass
+                    if line:
+                        done.put((task_id, json.loads(line)))
+                    else:
+                        done.put((task_id, {"error": "the grading worker died", "notes": [], "seconds": 0.0}))
+                        worker.kill()
+                        worker.wait()
+                        worker = self._start()
+            finally:
+                if worker.stdin:
+                    worker.stdin.close()
+                try:
+                    worker.wait(timeout=30)
+                except subprocess.TimeoutExpired:
+                    worker.kill()
+
+        workers = min(self.jobs, len(tasks))
+        threads = [threading.Thread(target=feed, args=(slot,), daemon=True) for slot in range(workers)]
+        for thread in threads:
+            thread.start()
+        crashed = False
+        try:
+            for _ in tasks:
+                task_id, result = done.get()
+                if result.get("error") == "the grading worker died":
+                    crashed = True
+                    result["error"] += f" (its log: {self._log.name})"
+                yield task_id, result
+            for thread in threads:
+                thread.join()
+        finally:
+            self._log.close()
+            if not crashed:
+                os.unlink(self._log.name)

@@ -1,0 +1,72 @@
+"""The sandbox: protections are probed and named, and the jail applies what it promises."""
+
+from __future__ import annotations
+
+import subprocess
+import tempfile
+from pathlib import Path
+
+import pytest
+
+from course_utils.grading.sandbox import GRADING_UID_BASE, Limits, Protections, detect, jail_argv
+
+PROTECTIONS = detect()
+
+
+def test_missing_protections_are_named():
+    none = Protections("none").missing()
+    assert any("network" in gap for gap in none) and any("course files" in gap for gap in none)
+    assert any("separate user" in gap for gap in Protections("userns").missing())
+    assert Protections("root").missing() == []
+    assert Protections("none").describe().startswith("sandbox: none\n  missing protection:")
+
+
+def test_detect_returns_a_level_that_works():
+    assert PROTECTIONS.level in {"root", "userns", "none"}
+    assert detect("none").level == "none"
+
+
+def _run_in_jail(protections: Protections, script: str, hide: list[Path]) -> str:
+    with tempfile.TemporaryDirectory() as tmp:
+        base = Path(tmp)
+        base.chmod(0o711)
+        workdir = base / "work"
+        workdir.mkdir(mode=0o700)
+        connection = workdir / "kernel.json"
+        connection.write_text("{}")
+        limits = Limits(memory_bytes=2 << 30, processes=32, file_bytes=1 << 20)
+        argv = jail_argv(protections, limits, workdir=workdir, connection_file=connection, hide=hide, slot=7)
+        result = subprocess.run([*argv, "/bin/sh", "-c", script], capture_output=True, text=True, timeout=60)
+        assert result.returncode == 0, result.stderr
+        return result.stdout
+
+
+def test_limits_apply_at_every_level(tmp_path):
+    out = _run_in_jail(Protections("none"), "ulimit -v; ulimit -f; grep NoNewPrivs /proc/self/status; env", [])
+    lines = out.splitlines()
+    assert lines[0] == str((2 << 30) // 1024) and lines[1] == str((1 << 20) // 512)
+    assert lines[2].split() == ["NoNewPrivs:", "1"]
+    assert "COURSE_QUICK=1" in out and "HOME=" in out and "SSH_AUTH_SOCK" not in out
+
+
+@pytest.mark.skipif(not PROTECTIONS.namespaces, reason="no namespaces here: " + "; ".join(PROTECTIONS.missing()))
+def test_namespaces_hide_course_files_and_cut_the_network(tmp_path):
+    secret = tmp_path / "grading"
+    secret.mkdir()
+    (secret / "gradebook.db").write_text("grades")
+    script = (
+        f"ls -A {secret} | wc -l; id -u; "
+        "cat /proc/net/dev | grep -c ':' ; "
+        'python3 -c \'import socket; s = socket.create_server(("127.0.0.1", 0)); '
+        'socket.create_connection(s.getsockname(), timeout=2); print("lo-up")\'; '
+        "ps -e --no-headers | wc -l; "
+        "touch /var/tmp/x && echo tmp-writable"
+    )
+    out = _run_in_jail(PROTECTIONS, script, [secret]).split()
+    assert out[0] == "0"  # the course directory looks empty
+    assert out[2] == "1"  # only the loopback interface exists
+    assert out[3] == "lo-up"  # and it is up, for local servers (torch.distributed)
+    assert int(out[4]) <= 4  # a fresh PID namespace: just this shell and its pipeline
+    assert (secret / "gradebook.db").read_text() == "grades"
+    if PROTECTIONS.level == "root":
+        assert out[1] == str(GRADING_UID_BASE + 7)
