@@ -40,10 +40,36 @@ _BOOTSTRAP = (
 _MNT_DETACH = 2
 
 
+_MS_BIND, _MS_REC = 4096, 16384
+
+
+def _paths_to_keep() -> list[str]:
+    """What the kernel needs that may live under /tmp: the interpreter, the venv, the package."""
+    paths = {os.path.realpath(p) for p in (sys.base_prefix, sys.prefix, _PACKAGE_DIR.parent)}
+    return sorted(p for p in paths if p.startswith("/tmp/"))
+
+
 def _mount_private_tmp(size: int) -> bool:
+    """A fresh size-limited tmpfs on /tmp, with the interpreter and package bound back in.
+
+    Without the bind mounts, a checkout or virtual environment under /tmp (a CI clone, say)
+    would vanish behind the new /tmp and no kernel could start.
+    """
     libc = ctypes.CDLL(None, use_errno=True)
-    libc.umount2(b"/tmp", _MNT_DETACH)
-    return libc.mount(b"tmpfs", b"/tmp", b"tmpfs", 2 | 4, f"size={size},mode=0711".encode()) == 0
+    libc.umount2(b"/tmp", _MNT_DETACH)  # the previous job's tmpfs, if any: the real /tmp shows again
+    keep = {path: os.open(path, os.O_PATH) for path in _paths_to_keep()}
+    try:
+        if libc.mount(b"tmpfs", b"/tmp", b"tmpfs", 2 | 4, f"size={size},mode=0711".encode()) != 0:
+            return False
+        for path, fd in keep.items():
+            os.makedirs(path, mode=0o755, exist_ok=True)
+            if libc.mount(f"/proc/self/fd/{fd}".encode(), path.encode(), None, _MS_BIND | _MS_REC, None) != 0:
+                errno = ctypes.get_errno()
+                raise OSError(errno, f"bind {path} into the private /tmp: {os.strerror(errno)}")
+        return True
+    finally:
+        for fd in keep.values():
+            os.close(fd)
 
 
 def _kill_user(uid: int) -> None:
