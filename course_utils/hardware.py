@@ -245,7 +245,9 @@ def _intel_avx512(info: CpuInfo) -> VectorUnits:
     if "Xeon" not in name:
         # Client cores with AVX-512 (Ice Lake, Tiger Lake, Rocket Lake) fuse their two
         # 256-bit FMA units into one 512-bit unit.
-        return VectorUnits(_fma_flops(1, 512), "AVX-512", "Intel client core", "1 x 512-bit FMA unit")
+        return VectorUnits(
+            _fma_flops(1, 512), "AVX-512", "Intel client core", "1 x 512-bit FMA unit (assumed; Core X-series have two)"
+        )
     skylake_sp = info.family == 6 and info.model == 0x55  # Skylake-SP and Cascade Lake
     if skylake_sp and re.search(r"Bronze|Silver|Gold 5\d\d\d", name) and "Gold 5122" not in name:
         return VectorUnits(_fma_flops(1, 512), "AVX-512", "Intel Xeon Scalable (1st/2nd gen)", "1 x 512-bit FMA unit")
