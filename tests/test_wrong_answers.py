@@ -1,0 +1,280 @@
+"""Plausible wrong answers fail the exercise tests, for the reason the test names.
+
+Each case replaces one solution cell of a notebook with a wrong answer a learner might
+write, runs the notebook's setup cell, that answer and the exercise's test cell in a fresh
+namespace, and expects an ``AssertionError`` whose message matches. ``hidden=False`` runs
+only the visible part of the test cell: the learner must see the failure before grading.
+The notebook's own solution passes the same harness (so a failure is the answer's fault,
+not the harness's). Cases so far: notebooks 05 to 07.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from IPython.core.inputtransformer2 import TransformerManager
+from nbtools import NOTEBOOK_DIR, is_solution_cell, is_test_cell, nbgrader_meta, read
+
+HIDDEN = "### BEGIN HIDDEN TESTS"
+
+
+@dataclass(frozen=True)
+class Wrong:
+    notebook: str  # file name prefix, "05"
+    grade_id: str  # the solution cell it replaces
+    why: str  # what the answer gets wrong (the test id)
+    answer: str
+    match: str  # a regular expression the failure message must match
+    hidden: bool = True  # False: the visible tests alone must catch it
+
+
+def _notebook(prefix: str) -> Path:
+    (path,) = NOTEBOOK_DIR.glob(f"{prefix}_*.ipynb")
+    return path
+
+
+def run_exercise(prefix: str, grade_id: str, answer: str | None = None, *, hidden: bool = True) -> None:
+    """Setup cell, then ``answer`` (the notebook's own solution if None), then the exercise's test cell."""
+    cells = read(_notebook(prefix)).cells
+    setup = next(c for c in cells if c.cell_type == "code")
+    index = next(i for i, c in enumerate(cells) if is_solution_cell(c) and nbgrader_meta(c)["grade_id"] == grade_id)
+    test = next(c for c in cells[index + 1 :] if is_test_cell(c))
+    test_source = test.source if hidden else test.source.split(HIDDEN)[0]
+    namespace: dict = {"__name__": "__main__"}
+    to_python = TransformerManager().transform_cell
+    for source in (setup.source, cells[index].source if answer is None else answer, test_source):
+        exec(compile(to_python(source), f"<{prefix} {grade_id}>", "exec"), namespace)
+
+
+KAIMING_WITH_INIT = """
+def kaiming_normal(fan_out, fan_in, gain=math.sqrt(2.0), generator=None):
+    weight = torch.empty(fan_out, fan_in)
+    return torch.nn.init.normal_(weight, std=gain / math.sqrt(fan_in), generator=generator)
+"""
+KAIMING_WITH_ALIAS = """
+from torch.nn.init import normal_ as draw
+
+def kaiming_normal(fan_out, fan_in, gain=math.sqrt(2.0), generator=None):
+    return draw(torch.empty(fan_out, fan_in), std=gain / math.sqrt(fan_in), generator=generator)
+"""
+KAIMING_FAN_OUT = """
+def kaiming_normal(fan_out, fan_in, gain=math.sqrt(2.0), generator=None):
+    return gain / math.sqrt(fan_out) * torch.randn(fan_out, fan_in, generator=generator)
+"""
+INIT_UNIFORM = """
+def init_weights(module):
+    if isinstance(module, nn.Linear):
+        nn.init.kaiming_uniform_(module.weight, nonlinearity="relu")
+        if module.bias is not None:
+            nn.init.zeros_(module.bias)
+"""
+GRADIENTS_ARE_ZERO = """
+def first_layer_units_identical(model, X, y):
+    first = next(m for m in model.modules() if isinstance(m, nn.Linear))
+    model.zero_grad(set_to_none=True)
+    nn.functional.cross_entropy(model(X), y).backward()
+    return bool(torch.allclose(first.weight.grad, torch.zeros_like(first.weight.grad)))
+"""
+WEIGHTS_NOT_GRADIENTS = """
+def first_layer_units_identical(model, X, y):
+    weight = next(m for m in model.modules() if isinstance(m, nn.Linear)).weight
+    return bool(torch.allclose(weight, weight[:1].expand_as(weight)))
+"""
+STALE_GRADIENTS = """
+def first_layer_units_identical(model, X, y):
+    first = next(m for m in model.modules() if isinstance(m, nn.Linear))
+    nn.functional.cross_entropy(model(X), y).backward()
+    grad = first.weight.grad
+    return bool(torch.allclose(grad, grad[:1].expand_as(grad)))
+"""
+CLIP_BODY = """
+    grads = [p.grad for p in parameters if p.grad is not None]
+    total_norm = torch.sqrt(sum(g.pow(2).sum() for g in grads))
+    coefficient = torch.clamp(max_norm / (total_norm + 1e-6), max=1.0)
+"""
+CLIP_REBINDS = f"""
+def clip_global_norm_(parameters, max_norm):
+    parameters = [p for p in parameters if p.grad is not None]
+    {CLIP_BODY.strip()}
+    for p in parameters:
+        p.grad = p.grad * coefficient
+    return total_norm
+"""
+CLIP_NEW_MEMORY = f"""
+def clip_global_norm_(parameters, max_norm):
+    parameters = [p for p in parameters if p.grad is not None]
+    {CLIP_BODY.strip()}
+    for p in parameters:
+        p.grad.data = p.grad.data * coefficient
+    return total_norm
+"""
+CLIP_WITH_ALIAS = """
+from torch.nn.utils import clip_grad_norm_
+
+def clip_global_norm_(parameters, max_norm):
+    return clip_grad_norm_(parameters, max_norm)
+"""
+CLIP_WITH_TOTAL_NORM = """
+from torch.nn.utils import get_total_norm as norm_of
+
+def clip_global_norm_(parameters, max_norm):
+    grads = [p.grad for p in parameters if p.grad is not None]
+    total_norm = norm_of(grads)
+    for g in grads:
+        g.mul_(torch.clamp(max_norm / (total_norm + 1e-6), max=1.0))
+    return total_norm
+"""
+COEFFICIENT_WITH_MIN = """
+def clip_coefficient(total_norm, max_norm):
+    return min(1.0, max_norm / (total_norm + 1e-6))
+"""
+COEFFICIENT_WITH_ITEM = """
+def clip_coefficient(total_norm, max_norm):
+    return torch.tensor(min(1.0, max_norm / (total_norm.item() + 1e-6)), dtype=total_norm.dtype)
+"""
+COEFFICIENT_UNCAPPED = """
+def clip_coefficient(total_norm, max_norm):
+    return max_norm / (total_norm + 1e-6)
+"""
+CLIP_BEFORE_UNSCALE = """
+def clipped_amp_step(model, optimizer, scaler, max_norm):
+    norm = torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)
+    scaler.unscale_(optimizer)
+    scaler.step(optimizer)
+    scaler.update()
+    return norm
+"""
+RUNS_AUTOCAST = """
+from torch import autocast as cast_automatically
+
+OPS = {
+    "linear": lambda t: F.linear(t, t), "matmul": lambda t: t @ t, "bmm": lambda t: torch.bmm(t[None], t[None]),
+    "conv2d": lambda t: F.conv2d(t[None, None], t[None, None, :3, :3]), "relu": lambda t: t.relu(),
+    "exp": lambda t: t.exp(), "softmax": lambda t: t.softmax(dim=-1), "sum": lambda t: t.sum(),
+    "add": lambda t: t + t, "layer_norm": lambda t: F.layer_norm(t, t.shape[-1:]),
+    "mse_loss": lambda t: F.mse_loss(t, t.flip(0)), "l1_loss": lambda t: F.l1_loss(t, t.flip(0)),
+    "cross_entropy": lambda t: F.cross_entropy(t, torch.arange(len(t))),
+    "nll_loss": lambda t: F.nll_loss(t, torch.arange(len(t))),
+}
+
+def predict_autocast_dtype(op, input_dtype):
+    with cast_automatically("cpu", dtype=torch.bfloat16):
+        return OPS[op](torch.randn(6, 6).to(input_dtype)).dtype
+"""
+NO_FLOAT32_LIST = """
+def predict_autocast_dtype(op, input_dtype):
+    if input_dtype == torch.float64:
+        return torch.float64
+    if op in {"linear", "matmul", "bmm", "conv2d"}:
+        return torch.bfloat16
+    return input_dtype
+"""
+COUNTS_EXISTING_INF = """
+def count_lost(x, dtype):
+    stored = x.to(dtype)
+    return int(torch.isinf(stored).sum()), int(((x != 0) & (stored == 0)).sum())
+"""
+BACKOFF_KEEPS_COUNT = """
+def update_scale(scale, growth_tracker, found_inf, growth_factor=2.0, backoff_factor=0.5, growth_interval=2000):
+    if found_inf:
+        return scale * backoff_factor, growth_tracker
+    growth_tracker += 1
+    if growth_tracker == growth_interval:
+        return scale * growth_factor, 0
+    return float(scale), growth_tracker
+"""
+
+WRONG = [
+    Wrong("05", "ex1_kaiming_normal", "calls torch.nn.init", KAIMING_WITH_INIT, "without torch.nn.init", False),
+    Wrong(
+        "05",
+        "ex1_kaiming_normal",
+        "imports torch.nn.init under another name",
+        KAIMING_WITH_ALIAS,
+        "without torch.nn.init",
+        False,
+    ),
+    Wrong("05", "ex1_kaiming_normal", "scales by fan_out", KAIMING_FAN_OUT, "std should be about", False),
+    Wrong("05", "ex2_init_weights", "uniform instead of normal", INIT_UNIFORM, "kurtosis"),
+    Wrong(
+        "05", "ex3_units_identical", "tests for zero gradients", GRADIENTS_ARE_ZERO, "constant first two layers", False
+    ),
+    Wrong(
+        "05",
+        "ex3_units_identical",
+        "compares weights, not gradients",
+        WEIGHTS_NOT_GRADIENTS,
+        "identical first layer, random second layer",
+    ),
+    Wrong("05", "ex3_units_identical", "keeps stale gradients", STALE_GRADIENTS, "stale"),
+    Wrong(
+        "06", "ex1_clip_global_norm", "assigns new tensors to .grad", CLIP_REBINDS, "replaced by a new tensor", False
+    ),
+    Wrong("06", "ex1_clip_global_norm", "assigns new memory to .grad.data", CLIP_NEW_MEMORY, "new memory", False),
+    Wrong(
+        "06",
+        "ex1_clip_global_norm",
+        "clip_grad_norm_ imported at the top",
+        CLIP_WITH_ALIAS,
+        "without torch's clipping utilities",
+        False,
+    ),
+    Wrong(
+        "06",
+        "ex1_clip_global_norm",
+        "get_total_norm under another name",
+        CLIP_WITH_TOTAL_NORM,
+        "without torch's clipping utilities",
+        False,
+    ),
+    Wrong(
+        "06",
+        "ex2_clip_coefficient",
+        "Python min on the norm",
+        COEFFICIENT_WITH_MIN,
+        "without reading the norm on the host",
+        False,
+    ),
+    Wrong(
+        "06",
+        "ex2_clip_coefficient",
+        "reads the norm with .item()",
+        COEFFICIENT_WITH_ITEM,
+        "without reading the norm on the host",
+        False,
+    ),
+    Wrong("06", "ex2_clip_coefficient", "not capped at 1", COEFFICIENT_UNCAPPED, "below the threshold", False),
+    Wrong("06", "ex3_clipped_amp_step", "clips before unscaling", CLIP_BEFORE_UNSCALE, "when the step is taken", False),
+    Wrong(
+        "07",
+        "ex1_predict_autocast_dtype",
+        "runs autocast under another name",
+        RUNS_AUTOCAST,
+        "do not run autocast",
+        False,
+    ),
+    Wrong(
+        "07",
+        "ex1_predict_autocast_dtype",
+        "forgets the float32 list",
+        NO_FLOAT32_LIST,
+        "should be torch.float32, got torch.bfloat16",
+    ),
+    Wrong("07", "ex2_count_lost", "counts infinities already in x", COUNTS_EXISTING_INF, "inf, nan and 0"),
+    Wrong(
+        "07", "ex3_update_scale", "keeps the count after an inf", BACKOFF_KEEPS_COUNT, "an inf resets the count", False
+    ),
+]
+
+
+@pytest.mark.parametrize("wrong", WRONG, ids=lambda w: f"{w.notebook}-{w.grade_id}-{w.why}")
+def test_wrong_answer_fails(wrong):
+    with pytest.raises(AssertionError, match=wrong.match):
+        run_exercise(wrong.notebook, wrong.grade_id, wrong.answer, hidden=wrong.hidden)
+
+
+@pytest.mark.parametrize("exercise", sorted({(w.notebook, w.grade_id) for w in WRONG}), ids="-".join)
+def test_solution_passes_the_same_harness(exercise):
+    run_exercise(*exercise)
