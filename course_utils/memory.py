@@ -174,10 +174,10 @@ def peak_extra_bytes(fn: Callable[[], object], device: torch.device | str) -> in
       at its rounded size, a multiple of 512 bytes).
     - CPU: the allocator keeps no counters, so ``fn`` runs under
       ``torch.profiler.profile(profile_memory=True)`` and the CPU allocations (+) and
-      frees (-) it records are added up in time order. A free of memory allocated before
-      the profiler first ran is not recorded (its size was never seen, and PyTorch logs a
-      warning), so do not free such tensors inside ``fn``: call ``zero_grad()`` before it,
-      for example, not inside it.
+      frees (-) it records are added up in time order. A free of memory that was
+      allocated while no profiler ran is not recorded (its size was never seen; PyTorch
+      logs a warning), so do not free such tensors inside ``fn``: call ``zero_grad()``
+      before it, for example, not inside it.
 
     Other devices raise ``ValueError``.
 
