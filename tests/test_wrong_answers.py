@@ -5,7 +5,7 @@ write, runs the notebook's setup cell, that answer and the exercise's test cell 
 namespace, and expects an ``AssertionError`` whose message matches. ``hidden=False`` runs
 only the visible part of the test cell: the learner must see the failure before grading.
 The notebook's own solution passes the same harness (so a failure is the answer's fault,
-not the harness's). Cases so far: notebooks 05 to 07.
+not the harness's).
 """
 
 from __future__ import annotations
@@ -186,7 +186,7 @@ def update_scale(scale, growth_tracker, found_inf, growth_factor=2.0, backoff_fa
     return float(scale), growth_tracker
 """
 
-WRONG = [
+_WRONG_05_07 = [
     Wrong("05", "ex1_kaiming_normal", "calls torch.nn.init", KAIMING_WITH_INIT, "without torch.nn.init", False),
     Wrong(
         "05",
@@ -268,6 +268,173 @@ WRONG = [
     ),
 ]
 
+# 02 · Measure and reduce memory
+FROZEN_GET_GRADIENTS = """
+def training_memory_bytes(model, optimizer):
+    copies = {"sgd": 0, "momentum": 1, "adam": 2, "adamw": 2}
+    if optimizer not in copies:
+        raise ValueError(f"unknown optimizer {optimizer!r}")
+    params = sum(p.numel() * p.element_size() for p in model.parameters())
+    state = copies[optimizer] * params
+    return {"parameters": params, "gradients": params, "optimizer_state": state, "total": 2 * params + state}
+"""
+SAME_DATA_PTR = """
+def shares_storage(a, b):
+    return a.device == b.device and a.data_ptr() == b.data_ptr()
+
+
+def new_bytes(result, base):
+    return 0 if shares_storage(result, base) else result.untyped_storage().nbytes()
+"""
+EVERY_SAVE_COUNTED = """
+class SavedBytesByDtype:
+    def __init__(self):
+        self.bytes_by_dtype = {}
+
+    def __enter__(self):
+        def pack(tensor):
+            size = tensor.numel() * tensor.element_size()
+            self.bytes_by_dtype[tensor.dtype] = self.bytes_by_dtype.get(tensor.dtype, 0) + size
+            return tensor
+
+        self._hooks = torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor)
+        self._hooks.__enter__()
+        return self
+
+    def __exit__(self, *exc_info):
+        self._hooks.__exit__(*exc_info)
+
+    @property
+    def total_bytes(self):
+        return sum(self.bytes_by_dtype.values())
+"""
+RELU_OUTPUT_TWICE = """
+def mlp_activation_bytes(batch_size, in_features, hidden, depth, dtype):
+    element_size = torch.empty((), dtype=dtype).element_size()
+    return batch_size * (in_features + 2 * depth * hidden) * element_size
+"""
+
+# 03 · Feed the model with batches
+PIN_FOR_ANY_ACCELERATOR = """
+def loader_options(device, num_workers):
+    has_workers = num_workers > 0
+    return {
+        "num_workers": num_workers,
+        "pin_memory": device.type != "cpu",
+        "persistent_workers": has_workers,
+        "prefetch_factor": 4 if has_workers else None,
+    }
+"""
+TIME_FIRST_PADDING = """
+def pad_collate(batch, padding_value=0):
+    from torch.nn.utils.rnn import pad_sequence
+
+    sequences = [sequence for sequence, _ in batch]
+    padded = pad_sequence(sequences, padding_value=padding_value)
+    lengths = torch.tensor([len(sequence) for sequence in sequences])
+    labels = torch.tensor([label for _, label in batch])
+    return padded, lengths, labels
+"""
+GLOBAL_SEED = """
+def make_reproducible_loader(dataset, batch_size, seed):
+    torch.manual_seed(seed)
+    return DataLoader(dataset, batch_size=batch_size, shuffle=True)
+"""
+SEEDED_SAMPLER = """
+from torch.utils.data import RandomSampler
+
+
+def make_reproducible_loader(dataset, batch_size, seed):
+    sampler = RandomSampler(dataset, generator=torch.Generator().manual_seed(seed))
+    return DataLoader(dataset, batch_size=batch_size, sampler=sampler)
+"""
+NO_SET_EPOCH = """
+def shard_indices(num_samples, num_replicas, shuffle, seed=0, epoch=0):
+    dataset = TensorDataset(torch.arange(num_samples))
+    return [
+        list(DistributedSampler(dataset, num_replicas=num_replicas, rank=rank, shuffle=shuffle, seed=seed))
+        for rank in range(num_replicas)
+    ]
+"""
+
+# 04 · Stabilise training with BatchNorm
+BIASED_RUNNING_VAR = """
+def batchnorm1d_forward(x, weight, bias, running_mean, running_var, training, momentum=0.1, eps=1e-5):
+    if training:
+        mean, var = x.mean(dim=0), x.var(dim=0, correction=0)
+        new_mean = (1 - momentum) * running_mean + momentum * mean
+        new_var = (1 - momentum) * running_var + momentum * var
+    else:
+        mean, var = running_mean, running_var
+        new_mean, new_var = running_mean.clone(), running_var.clone()
+    return (x - mean) / torch.sqrt(var + eps) * weight + bias, new_mean, new_var
+"""
+CALLS_F_BATCH_NORM = """
+def batchnorm1d_forward(x, weight, bias, running_mean, running_var, training, momentum=0.1, eps=1e-5):
+    new_mean, new_var = running_mean.clone(), running_var.clone()
+    output = torch.nn.functional.batch_norm(x, new_mean, new_var, weight, bias, training, momentum, eps)
+    return output, new_mean, new_var
+"""
+DROPS_LINEAR_BIAS = """
+def fold_linear_bn(linear, bn):
+    with torch.no_grad():
+        scale = bn.weight / torch.sqrt(bn.running_var + bn.eps)
+        folded = nn.Linear(linear.in_features, linear.out_features)
+        folded.weight.copy_(linear.weight * scale[:, None])
+        folded.bias.copy_(bn.bias - scale * bn.running_mean)
+    return folded
+"""
+WHOLE_MODEL_EVAL = """
+def freeze_batchnorm(model):
+    return model.eval()
+"""
+
+_WRONG_02_04 = [
+    Wrong("02", "ex1_training_memory", "frozen parameters get gradients", FROZEN_GET_GRADIENTS, "frozen first layer"),
+    Wrong("02", "ex2_view_or_copy", "compares data_ptr", SAME_DATA_PTR, "a view that starts at an offset", False),
+    Wrong("02", "ex3_saved_bytes_by_dtype", "counts every save", EVERY_SAVE_COUNTED, r"a counter for n=\d+, k=\d+"),
+    Wrong(
+        "02",
+        "ex4_mlp_activations",
+        "counts relu outputs twice",
+        RELU_OUTPUT_TWICE,
+        r"mlp_activation_bytes\(8, 16, 32, 2, float32\)",
+        False,
+    ),
+    Wrong("03", "ex1_loader_options", "pins memory for mps", PIN_FOR_ANY_ACCELERATOR, "'mps'"),
+    Wrong("03", "ex2_pad_collate", "pads time-first", TIME_FIRST_PADDING, "^padded", False),
+    Wrong("03", "ex3_reproducible_loader", "seeds the global generator", GLOBAL_SEED, "second loader", False),
+    Wrong("03", "ex3_reproducible_loader", "seeds a RandomSampler", SEEDED_SAMPLER, "pins one construction"),
+    Wrong("03", "ex4_shard_indices", "forgets set_epoch", NO_SET_EPOCH, "another epoch", False),
+    Wrong(
+        "04",
+        "ex1_batchnorm_forward",
+        "biased running variance",
+        BIASED_RUNNING_VAR,
+        "train-mode new_running_var",
+        False,
+    ),
+    Wrong("04", "ex1_batchnorm_forward", "calls F.batch_norm", CALLS_F_BATCH_NORM, "tensor arithmetic"),
+    Wrong(
+        "04",
+        "ex2_fold_linear_bn",
+        "drops the linear bias",
+        DROPS_LINEAR_BIAS,
+        r"folded\(x\) for a 6->4 layer",
+        False,
+    ),
+    Wrong(
+        "04",
+        "ex3_freeze_batchnorm",
+        "puts the whole model in eval",
+        WHOLE_MODEL_EVAL,
+        "should still be in training mode",
+        False,
+    ),
+]
+
+WRONG = _WRONG_02_04 + _WRONG_05_07
+
 
 @pytest.mark.parametrize("wrong", WRONG, ids=lambda w: f"{w.notebook}-{w.grade_id}-{w.why}")
 def test_wrong_answer_fails(wrong):
@@ -278,3 +445,9 @@ def test_wrong_answer_fails(wrong):
 @pytest.mark.parametrize("exercise", sorted({(w.notebook, w.grade_id) for w in WRONG}), ids="-".join)
 def test_solution_passes_the_same_harness(exercise):
     run_exercise(*exercise)
+
+
+def test_a_reproducible_sampler_passes_the_visible_tests_of_exercise_3():
+    # Why the hidden test of notebook 03's exercise 3 must say which construction it pins:
+    # this answer is reproducible, so only the comparison with DataLoader(generator=...) fails it.
+    run_exercise("03", "ex3_reproducible_loader", SEEDED_SAMPLER, hidden=False)
