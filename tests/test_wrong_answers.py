@@ -433,7 +433,174 @@ _WRONG_02_04 = [
     ),
 ]
 
-WRONG = _WRONG_02_04 + _WRONG_05_07
+SHARDS_FROM_SAMPLER = """
+def shard_indices(num_samples, num_replicas, rank):
+    return list(DistributedSampler(range(num_samples), num_replicas=num_replicas, rank=rank, shuffle=False))
+"""
+SHARDS_UNPADDED = """
+def shard_indices(num_samples, num_replicas, rank):
+    return list(range(rank, num_samples, num_replicas))
+"""
+MEAN_OF_OVERWRITTEN = """
+def all_reduce_mean_(tensors):
+    for tensor in tensors:
+        tensor.copy_(torch.stack(tensors).mean(dim=0))
+"""
+SUM_NOT_MEAN = """
+def all_reduce_mean_(tensors):
+    total = torch.stack(tensors).sum(dim=0)
+    for tensor in tensors:
+        tensor.copy_(total)
+"""
+BATCH_WITHOUT_ACCUMULATION = """
+def scale_for_ranks(per_rank_batch, world_size, accumulation_steps, base_lr, base_batch):
+    effective_batch = per_rank_batch * world_size
+    return effective_batch, base_lr * effective_batch / base_batch
+"""
+RING_HALF = """
+def ring_allreduce_bytes(num_elements, world_size, element_size=4):
+    return (world_size - 1) * num_elements * element_size / world_size
+"""
+QUANTIZE_WITH_TORCH = """
+def quantize_per_tensor(x, scale, zero_point, dtype):
+    legacy = {torch.uint8: torch.quint8, torch.int8: torch.qint8}[dtype]
+    return torch.quantize_per_tensor(x, scale, zero_point, legacy).int_repr()
+
+
+def dequantize_per_tensor(q, scale, zero_point):
+    return (q.to(torch.float32) - zero_point) * scale
+"""
+QUANTIZE_WITH_TORCHAO = """
+def quantize_per_tensor(x, scale, zero_point, dtype):
+    info = torch.iinfo(dtype)
+    return quantize_affine(x, x.shape, torch.tensor([scale]), torch.tensor([zero_point]), dtype, info.min, info.max)
+
+
+def dequantize_per_tensor(q, scale, zero_point):
+    return (q.to(torch.float32) - zero_point) * scale
+"""
+QUANTIZE_HALVES_UP = """
+def quantize_per_tensor(x, scale, zero_point, dtype):
+    info = torch.iinfo(dtype)
+    return (torch.floor(x / scale + 0.5) + zero_point).clamp(info.min, info.max).to(dtype)
+
+
+def dequantize_per_tensor(q, scale, zero_point):
+    return (q.to(torch.float32) - zero_point) * scale
+"""
+QPARAMS_WITH_TORCHAO = """
+def choose_qparams(min_val, max_val, dtype):
+    from torchao.quantization import choose_qparams_affine_with_min_max
+
+    info = torch.iinfo(dtype)
+    scale, zero_point = choose_qparams_affine_with_min_max(
+        torch.tensor([min_val]), torch.tensor([max_val]), MappingType.ASYMMETRIC, (1,), dtype, info.min, info.max,
+        eps=torch.finfo(torch.float32).eps, zero_point_dtype=torch.int32,
+    )
+    return scale.item(), int(zero_point.item())
+"""
+QPARAMS_WITHOUT_ZERO = """
+def choose_qparams(min_val, max_val, dtype):
+    info = torch.iinfo(dtype)
+    scale = max((max_val - min_val) / (info.max - info.min), torch.finfo(torch.float32).eps)
+    zero_point = info.min - round(min_val / scale)
+    return float(scale), int(min(max(zero_point, info.min), info.max))
+"""
+SQNR_WITH_TORCHAO = """
+def sqnr_db(x, x_hat):
+    return compute_error(x, x_hat).item()
+"""
+SQNR_TWENTY_LOG = """
+def sqnr_db(x, x_hat):
+    import math
+
+    return 20 * math.log10(x.pow(2).sum().item() / (x - x_hat).pow(2).sum().item())
+"""
+BYTES_FROM_ELEMENT_SIZE = """
+def stored_bytes(model):
+    return sum(t.numel() * t.element_size() for t in model.state_dict().values() if isinstance(t, torch.Tensor))
+"""
+BYTES_ONE_LEVEL = """
+def stored_bytes(model):
+    total = 0
+    for t in model.state_dict().values():
+        if not isinstance(t, torch.Tensor):
+            continue
+        inner = [getattr(t, name) for name in t.__tensor_flatten__()[0]] if hasattr(t, "__tensor_flatten__") else [t]
+        total += sum(part.numel() * part.element_size() for part in inner)
+    return total
+"""
+STEPS_FROM_SCHEDULE = """
+def recorded_steps(wait, warmup, active, repeat, skip_first, num_steps):
+    import warnings
+
+    from torch.profiler import ProfilerAction, schedule
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        plan = schedule(wait=wait, warmup=warmup, active=active, repeat=repeat, skip_first=skip_first)
+    return [s for s in range(num_steps) if plan(s) in (ProfilerAction.RECORD, ProfilerAction.RECORD_AND_SAVE)]
+"""
+STEPS_WITHOUT_REPEAT = """
+def recorded_steps(wait, warmup, active, repeat, skip_first, num_steps):
+    cycle = wait + warmup + active
+    return [s for s in range(skip_first, num_steps) if (s - skip_first) % cycle >= wait + warmup]
+"""
+OPTIMIZER_IN_BACKWARD = """
+def labelled_step(model, optimizer, X, y, prefix):
+    with record_function(f"{prefix}/forward"):
+        loss = F.cross_entropy(model(X), y)
+    with record_function(f"{prefix}/backward"):
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        optimizer.step()
+    with record_function(f"{prefix}/optimizer"):
+        pass
+    return loss.detach()
+"""
+TRACE_ELSEWHERE = """
+def export_and_load(prof, directory):
+    path = os.path.join(tempfile.mkdtemp(), "trace.json")
+    prof.export_chrome_trace(path)
+    with open(path, encoding="utf-8") as file:
+        return json.load(file)
+"""
+EVERY_PHASE_COUNTED = """
+def event_stats(trace, name):
+    durations = [event.get("dur", 0.0) for event in trace["traceEvents"] if event.get("name") == name]
+    return len(durations), float(sum(durations)) / 1e3
+"""
+MICROSECONDS = """
+def event_stats(trace, name):
+    durations = [e["dur"] for e in trace["traceEvents"] if e.get("ph") == "X" and e.get("name") == name and "dur" in e]
+    return len(durations), float(sum(durations))
+"""
+
+_WRONG_08_10 = [
+    Wrong("08", "ex1_shard_indices", "asks the sampler", SHARDS_FROM_SAMPLER, "without DistributedSampler", False),
+    Wrong("08", "ex1_shard_indices", "no padding", SHARDS_UNPADDED, r"\(with padding\) should be", False),
+    Wrong("08", "ex2_all_reduce_mean", "mean of overwritten values", MEAN_OF_OVERWRITTEN, "wrong values", False),
+    Wrong("08", "ex2_all_reduce_mean", "sum, not mean", SUM_NOT_MEAN, "wrong values", False),
+    Wrong("08", "ex3_scale_for_ranks", "forgets accumulation", BATCH_WITHOUT_ACCUMULATION, "should be 1024", False),
+    Wrong("08", "ex4_ring_allreduce_bytes", "reduce-scatter only", RING_HALF, "should be about 4000", False),
+    Wrong("09", "ex1_quantize_per_tensor", "asks torch", QUANTIZE_WITH_TORCH, r"called torch\..*per_tensor", False),
+    Wrong("09", "ex1_quantize_per_tensor", "asks torchao", QUANTIZE_WITH_TORCHAO, r"called torchao\.", False),
+    Wrong("09", "ex1_quantize_per_tensor", "rounds halves up", QUANTIZE_HALVES_UP, "round half to even", False),
+    Wrong("09", "ex2_choose_qparams", "asks torchao", QPARAMS_WITH_TORCHAO, r"called torchao\.", False),
+    Wrong("09", "ex2_choose_qparams", "range without zero", QPARAMS_WITHOUT_ZERO, r"stretched to \[0, 2\]", False),
+    Wrong("09", "ex3_sqnr_db", "asks torchao", SQNR_WITH_TORCHAO, r"called torchao\..*compute_error", False),
+    Wrong("09", "ex3_sqnr_db", "20 log10 of a power ratio", SQNR_TWENTY_LOG, "should be about 20, got 40", False),
+    Wrong("09", "ex4_stored_bytes", "trusts element_size", BYTES_FROM_ELEMENT_SIZE, "after Int8WeightOnly", False),
+    Wrong("09", "ex4_stored_bytes", "flattens one level only", BYTES_ONE_LEVEL, "a subclass inside a subclass"),
+    Wrong("10", "ex1_recorded_steps", "asks schedule", STEPS_FROM_SCHEDULE, r"called torch\.profiler", False),
+    Wrong("10", "ex1_recorded_steps", "ignores repeat", STEPS_WITHOUT_REPEAT, r"should be \[3, 4, 7, 8\]", False),
+    Wrong("10", "ex2_labelled_step", "optimizer in the backward label", OPTIMIZER_IN_BACKWARD, "should run inside"),
+    Wrong("10", "ex3_export_and_load", "writes elsewhere", TRACE_ELSEWHERE, "no .json file was written", False),
+    Wrong("10", "ex4_event_stats", "counts every phase", EVERY_PHASE_COUNTED, "instant does not count", False),
+    Wrong("10", "ex4_event_stats", "microseconds", MICROSECONDS, "total milliseconds", False),
+]
+
+WRONG = _WRONG_02_04 + _WRONG_05_07 + _WRONG_08_10
 
 
 @pytest.mark.parametrize("wrong", WRONG, ids=lambda w: f"{w.notebook}-{w.grade_id}-{w.why}")
@@ -451,3 +618,10 @@ def test_a_reproducible_sampler_passes_the_visible_tests_of_exercise_3():
     # Why the hidden test of notebook 03's exercise 3 must say which construction it pins:
     # this answer is reproducible, so only the comparison with DataLoader(generator=...) fails it.
     run_exercise("03", "ex3_reproducible_loader", SEEDED_SAMPLER, hidden=False)
+
+
+@pytest.mark.parametrize("prefix", ["08", "09", "10"])
+def test_every_exercise_has_a_wrong_answer(prefix):
+    exercises = {nbgrader_meta(c)["grade_id"] for c in read(_notebook(prefix)).cells if is_solution_cell(c)}
+    covered = {w.grade_id for w in WRONG if w.notebook == prefix}
+    assert exercises == covered, f"notebook {prefix}: no wrong answer for {sorted(exercises - covered)}"
