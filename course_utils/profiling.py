@@ -4,7 +4,8 @@ Contract: nothing happens at import and nothing is written to disk. ``profile_st
 runs a step function under ``torch.profiler.profile`` with a one-cycle ``schedule``
 (skip, warm up, then record) and returns the finished profiler, whose
 ``key_averages()`` and ``export_chrome_trace`` work as usual. ``label_times`` reads the
-``record_function`` labels of a profile as milliseconds per step, and
+``record_function`` labels of a profile as milliseconds per step (from the CPU-side
+events: with CUDA recorded, every label also has a GPU-side twin of the same name), and
 ``plot_label_times`` draws them as one stacked bar per variant. ``flop_rate`` reads the
 FLOPs and the time of the matrix products from a profile recorded with ``with_flops=True``.
 First written out in notebook 10 ("Find the bottleneck with the profiler").
@@ -12,6 +13,7 @@ First written out in notebook 10 ("Find the bottleneck with the profiler").
 
 from __future__ import annotations
 
+from collections import defaultdict
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -19,7 +21,7 @@ import matplotlib.pyplot as plt
 import torch
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
-from torch.profiler import ProfilerActivity, profile, schedule
+from torch.profiler import DeviceType, ProfilerActivity, profile, schedule
 
 from course_utils.device import synchronize
 
@@ -65,7 +67,9 @@ def profile_steps(
     synchronised once, after the last step, so its queued kernels are inside the
     record; no step is synchronised otherwise, so a sync the step itself forces stays
     visible. ``profile_options`` go to ``torch.profiler.profile`` (``record_shapes``,
-    ``profile_memory``, ``with_stack``, ...).
+    ``profile_memory``, ``with_stack``, ...). ``acc_events`` defaults to True: with a
+    single recording cycle it changes nothing, and torch 2.11 warns that events are
+    cleared between cycles on every profiler without it (pytorch/pytorch#180348).
 
     >>> x = torch.randn(32, 32)
     >>> prof = profile_steps(lambda: x @ x, active=2)
@@ -75,6 +79,7 @@ def profile_steps(
     if wait < 0 or warmup < 1 or active < 1:
         raise ValueError(f"need wait >= 0, warmup >= 1 and active >= 1, got {wait}, {warmup}, {active}")
     num_steps = wait + warmup + active
+    profile_options.setdefault("acc_events", True)
     with profile(
         activities=profiler_activities(device),
         schedule=schedule(wait=wait, warmup=warmup, active=active, repeat=1),
@@ -93,7 +98,9 @@ def label_times(prof: profile, labels: Sequence[str]) -> dict[str, float]:
 
     A label's time includes everything that ran inside it (its child operators and
     any wait for the device). A label that never ran reads 0.0. Profiles without
-    ``ProfilerStep`` ranges count as a single step.
+    ``ProfilerStep`` ranges count as a single step. Only CPU-side events count: when
+    CUDA is recorded, ``key_averages()`` also has a GPU-side row for each label and each
+    ``ProfilerStep`` (the range of the kernels launched inside it), whose CPU time is 0.
 
     >>> from torch.profiler import record_function
     >>> x = torch.randn(32, 32)
@@ -104,9 +111,14 @@ def label_times(prof: profile, labels: Sequence[str]) -> dict[str, float]:
     >>> times["matmul"] > 0.0, times["missing"]
     (True, 0.0)
     """
-    totals = {event.key: event for event in prof.key_averages()}
-    steps = totals[_STEP_KEY].count if _STEP_KEY in totals else 1
-    return {label: (totals[label].cpu_time_total / 1e3 / steps if label in totals else 0.0) for label in labels}
+    cpu_us: dict[str, float] = defaultdict(float)
+    counts: dict[str, int] = defaultdict(int)
+    for event in prof.key_averages():
+        if event.device_type == DeviceType.CPU:
+            cpu_us[event.key] += event.cpu_time_total
+            counts[event.key] += event.count
+    steps = counts.get(_STEP_KEY) or 1
+    return {label: cpu_us.get(label, 0.0) / 1e3 / steps for label in labels}
 
 
 def flop_rate(prof: profile, ops: Sequence[str] = MATMUL_OPS) -> tuple[int, float]:

@@ -8,13 +8,16 @@ import matplotlib
 
 matplotlib.use("Agg")
 
+import warnings
 from types import SimpleNamespace
 
 import matplotlib.pyplot as plt
 import pytest
 import torch
-from torch.profiler import ProfilerActivity, record_function
+from torch.autograd.profiler_util import EventList, FunctionEvent
+from torch.profiler import DeviceType, ProfilerActivity, record_function
 
+import course_utils.profiling
 from course_utils.profiling import flop_rate, label_times, plot_label_times, profile_steps, profiler_activities
 
 
@@ -57,6 +60,23 @@ def test_profile_steps_passes_options_and_rejects_bad_schedules():
         profile_steps(lambda: None, active=0)
 
 
+def test_profile_steps_keeps_events_of_its_one_cycle_without_a_warning(monkeypatch):
+    """torch 2.11 warns "Profiler clears events" on every profile without acc_events=True (#180348)."""
+    seen = []
+    real_profile = course_utils.profiling.profile
+
+    def spy(**options):
+        seen.append(options)
+        return real_profile(**options)
+
+    monkeypatch.setattr(course_utils.profiling, "profile", spy)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        profile_steps(lambda: torch.ones(4) + 1)
+    profile_steps(lambda: None, acc_events=False)
+    assert [options["acc_events"] for options in seen] == [True, False]
+
+
 def test_label_times_are_per_step_and_cover_children():
     x = torch.randn(64, 64)
 
@@ -72,6 +92,41 @@ def test_label_times_are_per_step_and_cover_children():
     assert times["outer"] >= times["inner"] > 0.0
     totals = {e.key: e.cpu_time_total for e in prof.key_averages()}
     assert times["inner"] == pytest.approx(totals["inner"] / 1e3 / 4)
+
+
+def cuda_like_profile(gpu_rows_last: bool) -> SimpleNamespace:
+    """Two steps recorded with ProfilerActivity.CUDA, built from real FunctionEvents.
+
+    As on a GPU, each label and each ProfilerStep is a CPU-side range and also a GPU-side
+    range (``gpu_user_annotation``) over the kernels launched inside it, with no CPU time.
+    """
+
+    def event(index, name, start_us, end_us, device_type):
+        return FunctionEvent(
+            id=index, name=name, thread=1, start_us=start_us, end_us=end_us, use_device="cuda",
+            device_type=device_type, is_user_annotation=True, trace_name=name, stack=[],
+        )  # fmt: skip
+
+    cpu, gpu = [], []
+    for step in range(2):
+        t = 1000.0 * step
+        cpu += [event(10 * step, "ProfilerStep*", t, t + 900, DeviceType.CPU)]
+        cpu += [event(10 * step + 1, "data", t, t + 500, DeviceType.CPU)]
+        cpu += [event(10 * step + 2, "forward", t + 500, t + 600, DeviceType.CPU)]
+        gpu += [event(10 * step + 5, "ProfilerStep*", t + 550, t + 950, DeviceType.CUDA)]
+        gpu += [event(10 * step + 6, "data", t + 550, t + 551, DeviceType.CUDA)]
+        gpu += [event(10 * step + 7, "forward", t + 600, t + 950, DeviceType.CUDA)]
+    events = EventList(cpu + gpu if gpu_rows_last else gpu + cpu, use_device="cuda")
+    events._build_tree()
+    return SimpleNamespace(key_averages=events.key_averages)
+
+
+@pytest.mark.parametrize("gpu_rows_last", [True, False])
+def test_label_times_read_the_cpu_side_of_labels_recorded_with_cuda(gpu_rows_last):
+    prof = cuda_like_profile(gpu_rows_last)
+    rows = [(e.key, e.device_type) for e in prof.key_averages()]
+    assert ("data", DeviceType.CPU) in rows and ("data", DeviceType.CUDA) in rows  # the trap is there
+    assert label_times(prof, ["data", "forward", "absent"]) == {"data": 0.5, "forward": 0.1, "absent": 0.0}
 
 
 def test_plot_label_times_stacks_one_bar_per_variant():
