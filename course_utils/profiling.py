@@ -8,11 +8,15 @@ runs a step function under ``torch.profiler.profile`` with a one-cycle ``schedul
 events: with CUDA recorded, every label also has a GPU-side twin of the same name), and
 ``plot_label_times`` draws them as one stacked bar per variant. ``flop_rate`` reads the
 FLOPs and the time of the matrix products from a profile recorded with ``with_flops=True``.
-First written out in notebook 10 ("Find the bottleneck with the profiler").
+``sync_debug_warnings`` runs a function under ``torch.cuda.set_sync_debug_mode("warn")``
+and returns the warnings it raised instead of printing them (CUDA only).
+First written out in notebook 10 ("Find the bottleneck with the profiler"), except
+``sync_debug_warnings``, which notebook 01 writes out.
 """
 
 from __future__ import annotations
 
+import warnings
 from collections import defaultdict
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -25,7 +29,15 @@ from torch.profiler import DeviceType, ProfilerActivity, profile, schedule
 
 from course_utils.device import synchronize
 
-__all__ = ["MATMUL_OPS", "flop_rate", "label_times", "plot_label_times", "profile_steps", "profiler_activities"]
+__all__ = [
+    "MATMUL_OPS",
+    "flop_rate",
+    "label_times",
+    "plot_label_times",
+    "profile_steps",
+    "profiler_activities",
+    "sync_debug_warnings",
+]
 
 _STEP_KEY = "ProfilerStep*"
 """``key_averages`` groups the ``ProfilerStep#N`` ranges that ``prof.step()`` opens under this key."""
@@ -141,6 +153,31 @@ def flop_rate(prof: profile, ops: Sequence[str] = MATMUL_OPS) -> tuple[int, floa
     device_us = sum(event.self_device_time_total for event in rows)
     seconds = (device_us if device_us > 0 else sum(event.self_cpu_time_total for event in rows)) / 1e6
     return flops, seconds
+
+
+def sync_debug_warnings(fn: Callable[[], object]) -> list[str]:
+    """Run ``fn()`` under ``torch.cuda.set_sync_debug_mode("warn")``; return the warnings raised.
+
+    In that mode CUDA warns "called a synchronizing CUDA operation" at each call that makes
+    the CPU wait for the GPU; the first time in a process, switching the mode on also warns
+    that it is a prototype which does not catch every synchronising operation. Every
+    warning raised meanwhile is recorded instead of printed and returned as its first
+    line, without torch's "(Triggered internally at ...)" suffix, so that a notebook can
+    print what was caught. The previous mode is restored afterwards. CUDA only.
+
+    >>> sync_debug_warnings(lambda: torch.ones(3, device="cuda").sum().item())  # doctest: +SKIP
+    ['Synchronization debug mode is a prototype feature and does not yet detect all synchronizing operations',
+     'called a synchronizing CUDA operation']
+    """
+    previous = torch.cuda.get_sync_debug_mode()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        torch.cuda.set_sync_debug_mode("warn")
+        try:
+            fn()
+        finally:
+            torch.cuda.set_sync_debug_mode(previous)
+    return [str(warning.message).splitlines()[0].split(" (Triggered internally at")[0] for warning in caught]
 
 
 def plot_label_times(

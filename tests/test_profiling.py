@@ -103,9 +103,17 @@ def cuda_like_profile(gpu_rows_last: bool) -> SimpleNamespace:
 
     def event(index, name, start_us, end_us, device_type):
         return FunctionEvent(
-            id=index, name=name, thread=1, start_us=start_us, end_us=end_us, use_device="cuda",
-            device_type=device_type, is_user_annotation=True, trace_name=name, stack=[],
-        )  # fmt: skip
+            id=index,
+            name=name,
+            thread=1,
+            start_us=start_us,
+            end_us=end_us,
+            use_device="cuda",
+            device_type=device_type,
+            is_user_annotation=True,
+            trace_name=name,
+            stack=[],
+        )
 
     cpu, gpu = [], []
     for step in range(2):
@@ -171,3 +179,53 @@ def test_flop_rate_needs_with_flops():
     x = torch.randn(8, 8)
     with pytest.raises(ValueError, match="with_flops=True"):
         flop_rate(profile_steps(lambda: x @ x))
+
+
+class FakeSyncDebugMode:
+    """torch.cuda's sync debug mode as CUDA runs it: a prototype notice once, then a warning per sync."""
+
+    def __init__(self) -> None:
+        self.mode, self.history, self.noticed = 0, [], False
+
+    def set(self, mode) -> None:
+        if not self.noticed:  # TORCH_WARN_ONCE in torch/csrc/cuda/Module.cpp
+            self.noticed = True
+            warnings.warn(
+                "Synchronization debug mode is a prototype feature and does not yet detect all synchronizing "
+                "operations (Triggered internally at /pytorch/torch/csrc/cuda/Module.cpp:1003.)",
+                stacklevel=2,
+            )
+        self.mode = {"default": 0, "warn": 1, "error": 2}.get(mode, mode)
+        self.history.append(self.mode)
+
+    def get(self) -> int:
+        return self.mode
+
+    def item(self) -> float:
+        if self.mode == 1:  # TORCH_WARN in c10/cuda/CUDAFunctions.cpp
+            warnings.warn("called a synchronizing CUDA operation (Triggered internally at c10.cpp:1.)", stacklevel=2)
+        return 1.0
+
+
+def test_sync_debug_warnings_returns_what_the_mode_caught_and_restores_it(monkeypatch, recwarn):
+    fake = FakeSyncDebugMode()
+    fake.mode = 2  # a mode set before: restored afterwards
+    monkeypatch.setattr(torch.cuda, "set_sync_debug_mode", fake.set)
+    monkeypatch.setattr(torch.cuda, "get_sync_debug_mode", fake.get)
+    first = course_utils.profiling.sync_debug_warnings(fake.item)
+    assert first == [
+        "Synchronization debug mode is a prototype feature and does not yet detect all synchronizing operations",
+        "called a synchronizing CUDA operation",
+    ]
+    assert course_utils.profiling.sync_debug_warnings(fake.item) == ["called a synchronizing CUDA operation"]
+    assert course_utils.profiling.sync_debug_warnings(lambda: None) == []
+    assert fake.history == [1, 2, 1, 2, 1, 2]
+    assert len(recwarn) == 0  # nothing left for stderr
+
+    def fails():
+        fake.item()
+        raise RuntimeError("boom")
+
+    with pytest.raises(RuntimeError, match="boom"):
+        course_utils.profiling.sync_debug_warnings(fails)
+    assert fake.mode == 2

@@ -99,7 +99,6 @@ def test_training_reads_values_back_once_per_epoch(digits, monkeypatch):
     assert all(isinstance(value, float) for value in history.losses + history.grad_norms)
 
 
-
 def test_progress_bar_is_plain_text_without_a_warning_where_jupyter_has_no_ipywidgets(digits, monkeypatch, capsys):
     """tqdm.auto in a Jupyter kernel without ipywidgets warns "IProgress not found"; we don't."""
     import sys
