@@ -1,11 +1,11 @@
 """Notebook 11's graded tests pass the reference answers and fail plausible wrong ones.
 
 The notebook's setup cell (as nbgrader runs it, with ``NBGRADER_EXECUTION`` set) and the
-code cells of its exercise section run once, in this process, in one namespace; then each answer (the notebook's own solution, or a wrong answer
-a learner might plausibly write) is executed in that namespace, followed by the
-exercise's full test cell, hidden tests included. nbval and ``tests/test_exercises.py``
-already show that the solutions pass and that an empty answer fails; this file keeps the
-wrong answers failing.
+code cells of its exercise section run once, in this process, in one namespace. Then each
+answer (the notebook's own solution, or a wrong answer a learner might plausibly write) is
+executed in that namespace, followed by the exercise's full test cell, hidden tests
+included. nbval and ``tests/test_exercises.py`` already show that the solutions pass and
+that an empty answer fails; this file keeps the wrong answers failing.
 """
 
 from __future__ import annotations
