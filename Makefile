@@ -9,7 +9,7 @@ PORT   ?= 8888
 # Jupyter refuses to run as root unless told; containers and CI machines often are root.
 ROOT_FLAG := $(if $(filter 0,$(shell id -u)),--allow-root)
 
-.PHONY: lab test install lint release grade-benchmark clean
+.PHONY: lab test install lint release grade-benchmark gpu-check clean
 
 $(STAMP): pyproject.toml requirements.lock
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -35,6 +35,11 @@ release: $(STAMP)  ## regenerate the student versions in grading/release/ from n
 
 grade-benchmark: $(STAMP)  ## plain nbgrader vs `course autograde --jobs 2` on a class of 20; prints the ratio
 	$(BIN)/python grading/benchmark.py $(BENCH_ARGS)
+
+# The GPU check uses the Python at hand (a GPU machine's own CUDA build of torch), not .venv.
+GPU_PYTHON ?= python3
+gpu-check:  ## every notebook top to bottom at GPU sizes; executed notebooks and summary in gpu-check/
+	$(GPU_PYTHON) tests/gpu_check.py $(GPU_CHECK_ARGS)
 
 clean:  ## remove the virtual environment
 	rm -rf $(VENV)

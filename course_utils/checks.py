@@ -5,17 +5,28 @@ Contract: every check raises ``AssertionError`` with a message a learner can act
 comparison, so an object whose ``__eq__`` always returns True cannot pass. Values are
 compared with functions bound when this module is imported, so a submission that later
 patches ``torch.allclose`` or ``torch.testing.assert_close`` does not change the verdict.
+
+``forbidden_calls`` enforces "write it yourself" bans: it fails if the code run inside it
+calls a banned function, whichever name the function was reached by (an alias imported at
+the top of a cell, a default argument, a closure), because it watches the calls themselves
+instead of replacing attributes. First used in notebooks 05-07.
 """
 
 from __future__ import annotations
 
+import inspect
 import math
 import numbers
+import sys
+import types
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import torch
 import torch.testing
+from torch.overrides import TorchFunctionMode
 
-__all__ = ["check_equal", "check_float", "check_int", "check_tensor", "check_type"]
+__all__ = ["check_equal", "check_float", "check_int", "check_tensor", "check_type", "forbidden_calls"]
 
 _assert_close = torch.testing.assert_close
 _isclose = math.isclose
@@ -125,3 +136,105 @@ def check_equal(value: object, expected: object, name: str) -> None:
         )
     if not _strictly_equal(value, expected):
         raise AssertionError(f"{name} should be {expected!r}, got {value!r:.200}")
+
+
+def _qualified_name(obj: object) -> str:
+    module = getattr(obj, "__module__", None) or getattr(getattr(obj, "__objclass__", None), "__module__", "")
+    name = getattr(obj, "__qualname__", None) or getattr(obj, "__name__", repr(obj))
+    return f"{module}.{name}" if module else name
+
+
+def _banned_targets(targets: tuple[object, ...]) -> tuple[dict[types.CodeType, str], dict[int, str]]:
+    """Split ``targets`` into Python code objects and other callables (builtins, tensor methods).
+
+    A module stands for every function and class defined in it, a class for every function
+    in its body. A decorated function is unwrapped to the function it wraps: a decorator's
+    wrapper code is often shared with unrelated functions.
+    """
+    codes: dict[types.CodeType, str] = {}
+    others: dict[int, str] = {}
+
+    def add(obj: object, name: str) -> None:
+        if isinstance(obj, (staticmethod, classmethod)):
+            obj = obj.__func__
+        if inspect.isfunction(obj):
+            codes[inspect.unwrap(obj).__code__] = name
+        elif callable(obj) and not isinstance(obj, type):
+            others[id(obj)] = name
+        else:
+            raise TypeError(f"forbidden_calls() cannot watch {obj!r}")
+
+    pending = list(targets)
+    while pending:
+        target = pending.pop()
+        if isinstance(target, types.ModuleType):
+            for member_name, member in vars(target).items():
+                if getattr(member, "__module__", None) != target.__name__:
+                    continue  # imported into the module, not defined there
+                if inspect.isfunction(member):
+                    add(member, f"{target.__name__}.{member_name}")
+                elif inspect.isclass(member):
+                    pending.append(member)
+        elif inspect.isclass(target):
+            for attr, member in vars(target).items():
+                if inspect.isfunction(member) or isinstance(member, (staticmethod, classmethod)):
+                    add(member, f"{_qualified_name(target)}.{attr}")
+        else:
+            add(target, _qualified_name(target))
+    return codes, others
+
+
+class _RecordTorchCalls(TorchFunctionMode):
+    """Records banned torch functions and tensor methods (``Tensor.item``, ``Tensor.__bool__``)."""
+
+    def __init__(self, banned: dict[int, str], seen: list[str]) -> None:
+        super().__init__()
+        self.banned, self.seen = banned, seen
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        if id(func) in self.banned:
+            self.seen.append(self.banned[id(func)])
+        return func(*args, **(kwargs or {}))
+
+
+@contextmanager
+def forbidden_calls(*targets: object, reason: str) -> Iterator[None]:
+    """Fail with ``reason`` if the block calls any of ``targets``, by whatever name.
+
+    ``targets`` are functions, classes (any of their methods), modules (every function and
+    class defined there), builtins such as ``torch.set_autocast_enabled``, and tensor
+    methods such as ``torch.Tensor.item`` or ``torch.Tensor.__bool__`` (the last two are
+    seen through a ``TorchFunctionMode``). Calls are only recorded while the block runs;
+    the verdict comes when it ends, so a submission cannot catch it. The watch covers the
+    current thread, and replaces any ``sys.setprofile`` hook for the duration of the block.
+
+    >>> import torch.nn.init as init
+    >>> from torch.nn.init import normal_ as draw
+    >>> with forbidden_calls(init, reason="draw the samples yourself"):
+    ...     weights = draw(torch.empty(3))
+    Traceback (most recent call last):
+    AssertionError: draw the samples yourself (the code called torch.nn.init.normal_)
+    """
+    codes, others = _banned_targets(targets)
+    seen: list[str] = []
+
+    def watch(frame: types.FrameType, event: str, arg: object) -> None:
+        if event == "call" and frame.f_code in codes:
+            seen.append(codes[frame.f_code])
+        elif event == "c_call" and id(arg) in others:
+            seen.append(others[id(arg)])
+
+    previous = sys.getprofile()
+    sys.setprofile(watch)
+    try:
+        if others:
+            with _RecordTorchCalls(others, seen):
+                yield
+        else:
+            yield
+    finally:
+        sys.setprofile(previous)
+    if seen:
+        public = [name for name in seen if not name.rsplit(".", 1)[-1].startswith("_") or name.endswith("__")]
+        called = ", ".join(dict.fromkeys(public or seen))
+        raise AssertionError(f"{reason} (the code called {called})")

@@ -1,17 +1,24 @@
 """Count bytes: tensors, models, optimizer state, activations saved for backward.
 
 Contract: byte counts are exact and device-independent (``numel * element_size``),
-except ``cuda_peak_bytes``, which asks the CUDA caching allocator. Tensors that share
-storage are counted once. First written out in notebook 02 ("Measure and reduce memory").
+except the peaks: ``cuda_peak_bytes`` asks the CUDA caching allocator, and
+``peak_extra_bytes`` asks it on CUDA or reads ``torch.profiler``'s memory events on the
+CPU. Tensors that share storage are counted once. First written out in notebook 02
+("Measure and reduce memory").
 """
 
 from __future__ import annotations
 
+import itertools
+import json
+import tempfile
 from collections.abc import Callable, Iterable
+from pathlib import Path
 from types import TracebackType
 
 import torch
 from torch import nn
+from torch.profiler import ProfilerActivity, profile
 
 __all__ = [
     "SavedTensorsCounter",
@@ -21,6 +28,7 @@ __all__ = [
     "gradient_bytes",
     "optimizer_state_bytes",
     "parameter_bytes",
+    "peak_extra_bytes",
     "saved_activation_bytes",
     "tensor_bytes",
     "unique_bytes",
@@ -148,6 +156,58 @@ def cuda_peak_bytes(fn: Callable[[], object], device: torch.device | str = "cuda
     fn()
     torch.cuda.synchronize(device)
     return torch.cuda.max_memory_allocated(device)
+
+
+_CPU_DEVICE_TYPE = 0
+"""``c10::DeviceType::CPU``, the ``"Device Type"`` of CPU memory events in a profiler trace."""
+
+
+def peak_extra_bytes(fn: Callable[[], object], device: torch.device | str) -> int:
+    """The most bytes ``fn()`` has allocated on ``device`` at one time, beyond what was there before.
+
+    The peak of a training step, not the sum of its parts: it includes temporaries that
+    no tensor you hold points to (optimizer intermediates, the gradients autograd passes
+    between operations, workspaces), and it excludes what was freed before the peak.
+
+    - CUDA: the caching allocator's counters, ``max_memory_allocated`` after
+      ``reset_peak_memory_stats`` minus ``memory_allocated`` before (each block counted
+      at its rounded size, a multiple of 512 bytes).
+    - CPU: the allocator keeps no counters, so ``fn`` runs under
+      ``torch.profiler.profile(profile_memory=True)`` and the CPU allocations (+) and
+      frees (-) it records are added up in time order. A free of memory that was
+      allocated while no profiler ran is not recorded (its size was never seen; PyTorch
+      logs a warning), so do not free such tensors inside ``fn``: call ``zero_grad()``
+      before it, for example, not inside it.
+
+    Other devices raise ``ValueError``.
+
+    >>> peak_extra_bytes(lambda: (torch.empty(1000, dtype=torch.uint8), torch.empty(24, dtype=torch.uint8)), "cpu")
+    1024
+    """
+    device = torch.device(device)
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+        start = torch.cuda.memory_allocated(device)
+        return cuda_peak_bytes(fn, device) - start
+    if device.type == "cpu":
+        return _cpu_peak_extra_bytes(fn)
+    raise ValueError(f"peak_extra_bytes measures on cpu or cuda, not {device.type}: there are no peak counters there")
+
+
+def _cpu_peak_extra_bytes(fn: Callable[[], object]) -> int:
+    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+        fn()
+    with tempfile.TemporaryDirectory() as folder:
+        trace = Path(folder) / "trace.json"
+        prof.export_chrome_trace(str(trace))
+        events = json.loads(trace.read_text())["traceEvents"]
+    memory = [
+        event
+        for event in events
+        if event.get("name") == "[memory]" and event.get("args", {}).get("Device Type") == _CPU_DEVICE_TYPE
+    ]
+    memory.sort(key=lambda event: event["ts"])  # stable: ties keep the trace's order
+    return max(itertools.accumulate((event["args"]["Bytes"] for event in memory), initial=0))
 
 
 def format_bytes(num_bytes: float) -> str:

@@ -5,7 +5,8 @@ runs a step function under ``torch.profiler.profile`` with a one-cycle ``schedul
 (skip, warm up, then record) and returns the finished profiler, whose
 ``key_averages()`` and ``export_chrome_trace`` work as usual. ``label_times`` reads the
 ``record_function`` labels of a profile as milliseconds per step, and
-``plot_label_times`` draws them as one stacked bar per variant.
+``plot_label_times`` draws them as one stacked bar per variant. ``flop_rate`` reads the
+FLOPs and the time of the matrix products from a profile recorded with ``with_flops=True``.
 First written out in notebook 10 ("Find the bottleneck with the profiler").
 """
 
@@ -22,10 +23,13 @@ from torch.profiler import ProfilerActivity, profile, schedule
 
 from course_utils.device import synchronize
 
-__all__ = ["label_times", "plot_label_times", "profile_steps", "profiler_activities"]
+__all__ = ["MATMUL_OPS", "flop_rate", "label_times", "plot_label_times", "profile_steps", "profiler_activities"]
 
 _STEP_KEY = "ProfilerStep*"
 """``key_averages`` groups the ``ProfilerStep#N`` ranges that ``prof.step()`` opens under this key."""
+
+MATMUL_OPS = ("aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm")
+"""The matrix-product operators whose FLOPs ``with_flops=True`` counts (2 x m x n x k each)."""
 
 
 def profiler_activities(device: torch.device | str) -> list[ProfilerActivity]:
@@ -103,6 +107,28 @@ def label_times(prof: profile, labels: Sequence[str]) -> dict[str, float]:
     totals = {event.key: event for event in prof.key_averages()}
     steps = totals[_STEP_KEY].count if _STEP_KEY in totals else 1
     return {label: (totals[label].cpu_time_total / 1e3 / steps if label in totals else 0.0) for label in labels}
+
+
+def flop_rate(prof: profile, ops: Sequence[str] = MATMUL_OPS) -> tuple[int, float]:
+    """``(FLOPs, seconds)`` spent in the operators ``ops``, summed over the whole profile.
+
+    The profile must be recorded with ``with_flops=True``. The seconds are the operators'
+    self time where their arithmetic ran: the GPU time of their kernels
+    (``self_device_time_total``) when the profile recorded a device, else their self CPU
+    time. Divide one by the other for the achieved FLOP/s.
+
+    >>> x = torch.randn(64, 32)
+    >>> flops, seconds = flop_rate(profile_steps(lambda: x @ x.T, active=2, with_flops=True))
+    >>> flops == 2 * (2 * 64 * 32 * 64), seconds > 0
+    (True, True)
+    """
+    rows = [event for event in prof.key_averages() if event.key in ops]
+    flops = sum(event.flops or 0 for event in rows)
+    if flops == 0:
+        raise ValueError(f"no FLOPs recorded for {list(ops)}: profile with with_flops=True, and run a matmul")
+    device_us = sum(event.self_device_time_total for event in rows)
+    seconds = (device_us if device_us > 0 else sum(event.self_cpu_time_total for event in rows)) / 1e6
+    return flops, seconds
 
 
 def plot_label_times(

@@ -2,10 +2,13 @@
 
 Contract:
 
-* ``import_torchao`` imports torchao with exactly two known, harmless import-time log
-  messages dropped (its optional GPU/other-ABI ``.so`` files failing to load, and
-  torch's notice about torchao's own ``register_constant`` call). Python warnings are
-  never touched, so a real deprecation warning still shows.
+* ``import_torchao`` first checks that torchao is installed and fits this torch
+  (``torchao_problem``: torchao ``TORCHAO_VERSION`` or newer, torch 2.11 or newer) and
+  raises ``ImportError`` saying what to install if not; then it imports torchao with
+  exactly two known, harmless import-time log messages dropped (its optional
+  GPU/other-ABI ``.so`` files failing to load, and torch's notice about torchao's own
+  ``register_constant`` call). Python warnings are never touched, so a real deprecation
+  warning still shows.
 * ``serialized_bytes`` is the size of ``torch.save(model.state_dict())``: what a
   checkpoint really occupies, whatever tensor subclasses the model holds.
 * ``legacy_quantize_dynamic`` and ``legacy_quantize_per_tensor`` call the deprecated
@@ -22,6 +25,8 @@ from __future__ import annotations
 
 import copy
 import importlib
+import importlib.metadata
+import importlib.util
 import io
 import logging
 import re
@@ -38,6 +43,8 @@ from torch import nn
 
 __all__ = [
     "KNOWN_TORCHAO_IMPORT_MESSAGES",
+    "MIN_TORCH_FOR_TORCHAO",
+    "TORCHAO_VERSION",
     "LegacyModel",
     "LegacyQuantized",
     "import_torchao",
@@ -46,7 +53,16 @@ __all__ = [
     "linear_input_absmax",
     "plot_tradeoff",
     "serialized_bytes",
+    "torchao_problem",
 ]
+
+TORCHAO_VERSION = "0.18.0"
+"""The torchao release the course is tested with: pinned in pyproject.toml, requirements.lock,
+environment.yml and notebook 09's Colab install line."""
+
+MIN_TORCH_FOR_TORCHAO = (2, 11)
+"""torchao 0.18 supports torch 2.11 and newer ("drop PyTorch <2.11 support", pytorch/ao#4401);
+on an older torch it skips its C++ kernels (its ``__init__`` checks ``min_torch_version``)."""
 
 KNOWN_TORCHAO_IMPORT_MESSAGES: dict[str, re.Pattern[str]] = {
     # torchao/__init__.py tries every bundled _C*.so; the mxfp8 one is built for another
@@ -69,24 +85,75 @@ class _DropMatching(logging.Filter):
         return not self.pattern.search(record.getMessage())
 
 
-def import_torchao() -> ModuleType:
-    """Import and return ``torchao``, without its two known loader log messages.
+def _major_minor(version: str) -> tuple[int, int]:
+    """``(2, 13)`` from ``"2.13.0+cpu"`` or ``"2.12.0.dev20260414+cu130"``."""
+    match = re.match(r"(\d+)\.(\d+)", version)
+    if match is None:
+        raise ValueError(f"not a version: {version!r}")
+    return int(match[1]), int(match[2])
 
-    Only log records matching ``KNOWN_TORCHAO_IMPORT_MESSAGES`` on their own loggers are
-    dropped, and only while the import runs; every other message and every Python
-    warning (``DeprecationWarning`` included) still reaches the output.
+
+def torchao_problem(torch_version: str, torchao_version: str | None) -> str | None:
+    """Why this torch and torchao will not run the course's torchao code, or None if they will.
+
+    ``torchao_version`` is None when torchao is not installed.
+
+    >>> torchao_problem("2.13.0+cpu", "0.18.0") is None
+    True
+    >>> print(torchao_problem("2.13.0", None))
+    torchao is not installed: run `pip install torchao==0.18.0` (in a notebook: `%pip install torchao==0.18.0`).
     """
+    install = f"pip install torchao=={TORCHAO_VERSION}"
+    if torchao_version is None:
+        return f"torchao is not installed: run `{install}` (in a notebook: `%{install}`)."
+    if _major_minor(torch_version) < MIN_TORCH_FOR_TORCHAO:
+        needed = ".".join(map(str, MIN_TORCH_FOR_TORCHAO))
+        return (
+            f"torch {torch_version} is too old for torchao {TORCHAO_VERSION}, which needs torch >= {needed} "
+            f"(with an older torch it skips its C++ kernels). Install torch >= {needed}; the course runs on "
+            f"torch 2.11 to 2.13."
+        )
+    if _major_minor(torchao_version) < _major_minor(TORCHAO_VERSION):
+        return (
+            f"torchao {torchao_version} is older than the {TORCHAO_VERSION} this course is written for, and its "
+            f"quantization API differs: run `{install}` and restart the kernel."
+        )
+    return None
+
+
+def _installed_torchao_version() -> str | None:
+    """torchao's version from its package metadata; ``"unknown"`` for a source checkout; None if absent."""
+    try:
+        return importlib.metadata.version("torchao")
+    except importlib.metadata.PackageNotFoundError:
+        return None if importlib.util.find_spec("torchao") is None else "unknown"
+
+
+def import_torchao() -> ModuleType:
+    """Check torchao against this torch, then import and return it, without two loader log lines.
+
+    Raises ``ImportError`` with the command that fixes it when ``torchao_problem`` finds one
+    (torchao missing or too old, torch too old), before torchao is imported. Only log
+    records matching ``KNOWN_TORCHAO_IMPORT_MESSAGES`` on their own loggers are dropped, and
+    only while the import runs; every other message and every Python warning
+    (``DeprecationWarning`` included) still reaches the output.
+    """
+    installed = _installed_torchao_version()
+    if installed != "unknown":  # a source checkout has no version to check
+        problem = torchao_problem(torch.__version__, installed)
+        if problem:
+            raise ImportError(problem)
     if "torchao" in sys.modules:
         return sys.modules["torchao"]
-    installed = []
+    filters = []
     for logger_name, pattern in KNOWN_TORCHAO_IMPORT_MESSAGES.items():
         logger, drop = logging.getLogger(logger_name), _DropMatching(pattern)
         logger.addFilter(drop)
-        installed.append((logger, drop))
+        filters.append((logger, drop))
     try:
         return importlib.import_module("torchao")
     finally:
-        for logger, drop in installed:
+        for logger, drop in filters:
             logger.removeFilter(drop)
 
 

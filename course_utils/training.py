@@ -1,7 +1,9 @@
 """A plain, reproducible training loop for the notebooks' small classifiers.
 
 Contract: ``train_classifier`` is seeded, runs on the given device, and records the
-loss and the total gradient norm of every step, so notebooks can plot both.
+loss and the total gradient norm of every step, so notebooks can plot both. It keeps
+them on the device during an epoch and reads them back once at its end: one host-device
+sync per epoch, not one per step (notebook 06 explains why that matters on a GPU).
 ``clip_norm`` switches on ``clip_grad_norm_``. Nothing is printed except a tqdm bar
 when ``progress=True``.
 """
@@ -49,7 +51,7 @@ def train_classifier(
 
     ``optimizer`` is ``"sgd"`` (with ``momentum``) or ``"adam"``. The model is moved to
     ``device`` before the optimizer is built over its parameters. A run whose loss turns
-    NaN stops early (the history shows where).
+    NaN or infinite stops at the end of that epoch; its history ends at the first such step.
     """
     from tqdm.auto import tqdm
 
@@ -69,6 +71,7 @@ def train_classifier(
     bar = tqdm(total=epochs * steps_per_epoch, disable=not progress, desc="training")
     for _ in range(epochs):
         order = torch.randperm(len(y), generator=generator)
+        step_values: list[torch.Tensor] = []  # (loss, norm) per step, still on the device
         for start in range(0, len(y), batch_size):
             index = order[start : start + batch_size]
             inputs, targets = X[index].to(device), y[index].to(device)
@@ -81,12 +84,15 @@ def train_classifier(
             else:
                 norm = torch.nn.utils.clip_grad_norm_(model.parameters(), clip_norm)
             opt.step()
-            history.losses.append(loss.item())
-            history.grad_norms.append(norm.item())
+            step_values.append(torch.stack([loss.detach().float(), norm.float().to(loss.device)]))
             bar.update()
-            if history.diverged:
-                bar.close()
-                return history
+        losses, norms = torch.stack(step_values).T.tolist()  # the epoch's only sync
+        history.losses.extend(losses)
+        history.grad_norms.extend(norms)
+        if history.diverged:
+            first_bad = next(i for i, value in enumerate(history.losses) if not math.isfinite(value))
+            del history.losses[first_bad + 1 :], history.grad_norms[first_bad + 1 :]
+            break
     bar.close()
     return history
 

@@ -1,9 +1,12 @@
 """course_utils.checks: right answers pass, wrong and hostile ones fail with clear messages."""
 
+import math
+import sys
+
 import pytest
 import torch
 
-from course_utils.checks import check_equal, check_float, check_int, check_tensor, check_type
+from course_utils.checks import check_equal, check_float, check_int, check_tensor, check_type, forbidden_calls
 
 
 class AlwaysEqual:
@@ -98,3 +101,78 @@ def test_check_equal_rejects_hostile_elements():
         check_equal([AlwaysEqual(), AlwaysEqual()], ["fn", "sync"], "events")
     with pytest.raises(AssertionError):
         check_equal({AlwaysEqual()}, {1}, "s")
+
+
+
+def _learner_code(source: str) -> dict:
+    """Run ``source`` as a notebook cell would: its own namespace, its own top-level imports."""
+    namespace: dict = {}
+    exec(compile(source, "<cell>", "exec"), namespace)
+    return namespace
+
+
+def _fails_under_ban(fn, *targets, match: str) -> None:
+    with pytest.raises(AssertionError, match=match), forbidden_calls(*targets, reason="write it yourself"):
+        fn()
+
+
+@pytest.mark.parametrize(
+    "source",
+    [
+        "import torch\ndef answer(t):\n    return torch.nn.init.normal_(t)",
+        "from torch.nn.init import normal_\ndef answer(t):\n    return normal_(t)",
+        "from torch.nn.init import normal_ as draw\ndef answer(t, _draw=draw):\n    return _draw(t)",
+        "import torch.nn.init as I\ndef answer(t):\n    return getattr(I, 'kaiming_normal_')(t)",
+    ],
+    ids=["attribute", "top-level import", "default argument", "getattr"],
+)
+def test_forbidden_calls_catches_every_alias_of_a_banned_module(source):
+    answer = _learner_code(source)["answer"]
+    expected = r"write it yourself \(the code called torch\.nn\.init\.\w+_[,)]"
+    _fails_under_ban(lambda: answer(torch.empty(4, 4)), torch.nn.init, match=expected)
+
+
+def test_forbidden_calls_lets_other_code_through():
+    answer = _learner_code("import torch\ndef answer(t, g):\n    return t.normal_(generator=g)")["answer"]
+    with forbidden_calls(torch.nn.init, reason="write it yourself"):
+        result = answer(torch.empty(3), torch.Generator().manual_seed(0))
+    assert result.shape == (3,)
+
+
+def test_forbidden_calls_unwraps_decorators_without_banning_their_wrapper():
+    # clip_grad_norm_ and clip_grad_value_ share the code of their `_no_grad` wrapper: banning
+    # one must not ban the other.
+    from torch.nn.utils import clip_grad_norm_, clip_grad_value_
+
+    p = torch.nn.Parameter(torch.ones(3))
+    p.grad = torch.full((3,), 10.0)
+    with forbidden_calls(torch.nn.utils.clip_grad_norm_, reason="write it yourself"):
+        clip_grad_value_([p], 1.0)
+    _fails_under_ban(lambda: clip_grad_norm_([p], 1.0), torch.nn.utils.clip_grad_norm_, match="clip_grad_norm_")
+
+
+def test_forbidden_calls_watches_classes_builtins_and_tensor_methods():
+    source = "from torch import autocast\ndef answer():\n    with autocast('cpu'):\n        pass"
+    _fails_under_ban(_learner_code(source)["answer"], torch.autocast, match="autocast")
+    _fails_under_ban(lambda: math.sqrt(2.0), math.sqrt, match="sqrt")
+    t = torch.tensor(2.0)
+    host_reads = (torch.Tensor.__bool__, torch.Tensor.item)
+    _fails_under_ban(lambda: "big" if t > 1 else "small", *host_reads, match="__bool__")
+    _fails_under_ban(t.item, *host_reads, match="item")
+    with forbidden_calls(*host_reads, reason="no host reads"):
+        torch.clamp(1.0 / (t + 1e-6), max=1.0)
+
+
+def test_forbidden_calls_restores_the_profiler_and_lets_errors_through():
+    def earlier(frame, event, arg):
+        return None
+
+    sys.setprofile(earlier)
+    try:
+        with pytest.raises(ZeroDivisionError), forbidden_calls(torch.nn.init, reason="write it yourself"):
+            1 / 0  # noqa: B018
+        assert sys.getprofile() is earlier
+    finally:
+        sys.setprofile(None)
+    with pytest.raises(TypeError, match="cannot watch"), forbidden_calls(42, reason="write it yourself"):
+        pass

@@ -1,4 +1,6 @@
-"""course_utils.data: shapes, dtypes and determinism of every data source."""
+"""course_utils.data: shapes, dtypes and determinism of every data source; the resume recipe of notebook 03."""
+
+import itertools
 
 import pytest
 import torch
@@ -52,3 +54,51 @@ def test_slow_dataset_is_deterministic():
     assert label == 3
     with pytest.raises(IndexError):
         dataset[5]
+
+
+def _epoch_orders_after_resume(**loader_options):
+    """Notebook 03's resume recipe on a loader with ``loader_options``.
+
+    Returns the rest of the second epoch of an uninterrupted run, what a resumed run gets
+    from the generator state saved at that epoch's start (two batches skipped), and what it
+    gets from the state saved mid-epoch.
+    """
+    from torch.utils.data import DataLoader, TensorDataset
+
+    def loader_and_generator():
+        generator = torch.Generator().manual_seed(0)
+        data = TensorDataset(torch.arange(12))
+        return DataLoader(data, batch_size=3, shuffle=True, generator=generator, **loader_options), generator
+
+    def order(batches):
+        return [int(value) for (batch,) in batches for value in batch]
+
+    loader, generator = loader_and_generator()
+    order(loader)  # a first, complete epoch
+    epoch_start = generator.get_state()
+    interrupted = iter(loader)
+    next(interrupted), next(interrupted)
+    mid_epoch = generator.get_state()
+    rest = order(interrupted)
+
+    resumed, resumed_generator = loader_and_generator()  # a new process would build them anew
+    resumed_generator.set_state(epoch_start)
+    from_epoch_start = order(itertools.islice(resumed, 2, None))
+    resumed, resumed_generator = loader_and_generator()
+    resumed_generator.set_state(mid_epoch)
+    from_mid_epoch = order(resumed)[: len(rest)]
+    return rest, from_epoch_start, from_mid_epoch
+
+
+@pytest.mark.parametrize("loader_options", [{}, {"num_workers": 2}], ids=["main process", "2 workers"])
+def test_resume_from_the_epoch_start_state_not_the_mid_epoch_one(loader_options):
+    rest, from_epoch_start, from_mid_epoch = _epoch_orders_after_resume(**loader_options)
+    assert from_epoch_start == rest
+    assert from_mid_epoch != rest
+
+
+def test_resume_recipe_does_not_hold_with_persistent_workers():
+    # Notebook 03 says so: persistent workers draw their base seed from the generator only
+    # once, so the uninterrupted run's second epoch and a resumed run's first one differ.
+    rest, from_epoch_start, _ = _epoch_orders_after_resume(num_workers=2, persistent_workers=True)
+    assert from_epoch_start != rest

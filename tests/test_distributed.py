@@ -6,8 +6,10 @@ import os
 import re
 import sys
 import time
+from pathlib import Path
 
 import pytest
+import torch
 
 from course_utils.distributed import LaunchError, choose_backend, run_command, run_torchrun, torchrun_command
 
@@ -113,3 +115,20 @@ def test_launch_error_puts_worker_errors_first():
     message = str(info.value)
     assert "--- workers' errors ---\n[rank1]: RuntimeError: rank 1 gives up" in message
     assert "torchrun noise 99" in message and "torchrun noise 0\n" not in message
+
+
+def test_the_training_script_of_notebook_08_runs_on_its_own(tmp_path):
+    """The clean script a learner copies (the notebook only runs it through ddp_lab.py) works alone."""
+    import nbformat
+
+    notebook = Path(__file__).resolve().parents[1] / "notebooks" / "08_scale_out_with_distributed_data_parallel.ipynb"
+    cells = nbformat.read(notebook, as_version=4).cells
+    (source,) = [c.source for c in cells if c.source.startswith('%%writefile "{script_path}"')]
+    script = tmp_path / "ddp_train.py"
+    script.write_text(source.split("\n", 1)[1])
+    sizes = ["--samples", 64, "--test-samples", 21, "--features", 8, "--hidden", 16, "--micro-batch", 8]
+    args = ["--out", tmp_path, "--backend", "gloo", *sizes, "--accumulate", 2, "--epochs", 1]
+    result = run_torchrun(script, args, nproc_per_node=2, timeout=120)
+    assert re.search(r"test accuracy \d+/21 = ", result.stdout), result.stdout  # 21 samples, each counted once
+    state = torch.load(tmp_path / "checkpoint.pt", map_location="cpu", weights_only=True)
+    assert sorted(state) == ["0.bias", "0.weight", "2.bias", "2.weight", "4.bias", "4.weight"]  # no "module."

@@ -13,6 +13,7 @@ from course_utils.memory import (
     gradient_bytes,
     optimizer_state_bytes,
     parameter_bytes,
+    peak_extra_bytes,
     saved_activation_bytes,
     tensor_bytes,
     unique_bytes,
@@ -107,6 +108,71 @@ def test_cuda_peak_bytes_logic_with_fakes(monkeypatch):
     monkeypatch.setattr(torch.cuda, "max_memory_allocated", lambda device=None: 1234)
     assert cuda_peak_bytes(lambda: calls.append("fn")) == 1234
     assert calls == ["sync", "reset", "fn", "sync"]
+
+
+def _uint8(num_bytes):
+    return torch.empty(num_bytes, dtype=torch.uint8)
+
+
+def test_peak_extra_bytes_on_cpu_sees_what_is_alive_together():
+    def both_alive():
+        first = _uint8(2**20)
+        second = _uint8(2**21)
+        return first, second
+
+    def one_after_the_other():
+        first = _uint8(2**21)
+        del first
+        return _uint8(2**20)
+
+    assert peak_extra_bytes(both_alive, "cpu") == 3 * 2**20
+    assert peak_extra_bytes(one_after_the_other, "cpu") == 2**21
+    assert peak_extra_bytes(lambda: None, torch.device("cpu")) == 0
+
+
+def _tower_step(**adam_options):
+    """A second Adam step of eight Linear layers (state exists, gradients were set to None)."""
+    torch.manual_seed(0)
+    model = nn.Sequential(*(nn.Linear(64, 64) for _ in range(8)))
+    optimizer = torch.optim.Adam(model.parameters(), lr=1e-3, **adam_options)
+    inputs = torch.randn(4, 64)
+
+    def step():
+        optimizer.zero_grad()
+        model(inputs).square().mean().backward()
+        optimizer.step()
+
+    step()
+    optimizer.zero_grad()  # outside the measurement: see peak_extra_bytes' docstring
+    return model, step
+
+
+def test_foreach_adam_holds_a_parameter_sized_temporary():
+    # The claim notebook 02 makes: foreach Adam computes sqrt(exp_avg_sq) for all
+    # parameters at once, so its step peaks at gradients + one more copy of the parameters.
+    model, step = _tower_step(foreach=True)
+    params = parameter_bytes(model)
+    activations = 9 * 4 * 64 * 4  # far smaller than the parameters
+    assert peak_extra_bytes(step, "cpu") == pytest.approx(2 * params, abs=activations)
+    # The for-loop implementation needs temporaries for one parameter at a time: two of
+    # the largest (sqrt, then the division), an eighth of the parameters each here.
+    model, step = _tower_step(foreach=False)
+    assert peak_extra_bytes(step, "cpu") == pytest.approx(1.25 * params, abs=activations)
+
+
+def test_peak_extra_bytes_cuda_logic_with_fakes(monkeypatch):
+    calls = []
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda device=None: calls.append("sync"))
+    monkeypatch.setattr(torch.cuda, "memory_allocated", lambda device=None: calls.append("allocated") or 1000)
+    monkeypatch.setattr(torch.cuda, "reset_peak_memory_stats", lambda device=None: calls.append("reset"))
+    monkeypatch.setattr(torch.cuda, "max_memory_allocated", lambda device=None: calls.append("max") or 1234)
+    assert peak_extra_bytes(lambda: calls.append("fn"), "cuda:0") == 234
+    assert calls == ["sync", "allocated", "sync", "reset", "fn", "sync", "max"]
+
+
+def test_peak_extra_bytes_rejects_other_devices():
+    with pytest.raises(ValueError, match="cpu or cuda"):
+        peak_extra_bytes(lambda: None, "meta")
 
 
 @pytest.mark.parametrize(("n", "text"), [(0, "0 B"), (1023, "1023 B"), (1536, "1.50 KiB"), (5 * 2**30, "5.00 GiB")])

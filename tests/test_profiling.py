@@ -8,12 +8,14 @@ import matplotlib
 
 matplotlib.use("Agg")
 
+from types import SimpleNamespace
+
 import matplotlib.pyplot as plt
 import pytest
 import torch
 from torch.profiler import ProfilerActivity, record_function
 
-from course_utils.profiling import label_times, plot_label_times, profile_steps, profiler_activities
+from course_utils.profiling import flop_rate, label_times, plot_label_times, profile_steps, profiler_activities
 
 
 def test_activities_by_device_type():
@@ -80,3 +82,37 @@ def test_plot_label_times_stacks_one_bar_per_variant():
     legend = fig.legends[0]
     assert [t.get_text() for t in legend.get_texts()] == ["data", "model", "log"]
     plt.close(fig)
+
+
+def test_flop_rate_counts_two_m_n_k_per_matrix_product_and_their_own_time():
+    a, b = torch.randn(48, 32), torch.randn(32, 80)
+    model = torch.nn.Linear(80, 8)  # one addmm: 48 x 80 x 8
+
+    def step():
+        with torch.no_grad():
+            model(a @ b)
+            torch.relu(a)  # no FLOPs counted, not a matrix product
+
+    prof = profile_steps(step, active=3, with_flops=True)
+    flops, seconds = flop_rate(prof)
+    assert flops == 3 * (2 * 48 * 32 * 80 + 2 * 48 * 80 * 8)
+    products = [e for e in prof.key_averages() if e.key in ("aten::mm", "aten::addmm")]
+    assert seconds == pytest.approx(sum(e.self_cpu_time_total for e in products) / 1e6)
+    assert flop_rate(prof, ops=("aten::mm",))[0] == 3 * 2 * 48 * 32 * 80
+
+
+def test_flop_rate_uses_kernel_time_when_the_profile_has_a_device():
+    """On a GPU the products' own CPU time is launch overhead: their kernels' time counts."""
+    rows = [
+        SimpleNamespace(key="aten::addmm", flops=4_000, self_cpu_time_total=50.0, self_device_time_total=2.0),
+        SimpleNamespace(key="aten::mm", flops=6_000, self_cpu_time_total=70.0, self_device_time_total=3.0),
+        SimpleNamespace(key="aten::mul", flops=100, self_cpu_time_total=9.0, self_device_time_total=1.0),
+    ]
+    fake = SimpleNamespace(key_averages=lambda: rows)
+    assert flop_rate(fake) == (10_000, pytest.approx(5e-6))
+
+
+def test_flop_rate_needs_with_flops():
+    x = torch.randn(8, 8)
+    with pytest.raises(ValueError, match="with_flops=True"):
+        flop_rate(profile_steps(lambda: x @ x))

@@ -7,14 +7,17 @@ import logging
 import subprocess
 import sys
 import warnings
+from pathlib import Path
 
 import matplotlib
 import pytest
 import torch
 from torch import nn
 
+import course_utils.quantization as quantization
 from course_utils.quantization import (
     KNOWN_TORCHAO_IMPORT_MESSAGES,
+    TORCHAO_VERSION,
     _DropMatching,
     import_torchao,
     legacy_quantize_dynamic,
@@ -22,6 +25,7 @@ from course_utils.quantization import (
     linear_input_absmax,
     plot_tradeoff,
     serialized_bytes,
+    torchao_problem,
 )
 
 matplotlib.use("Agg")
@@ -160,3 +164,36 @@ def test_plot_tradeoff_draws_three_panels():
     assert len(axes) == 3
     assert [bar.get_width() for bar in axes[0].patches] == [4.0, 1.0]
     plt.close(fig)
+
+
+@pytest.mark.parametrize(
+    ("torch_version", "torchao_version", "phrase"),
+    [
+        ("2.13.0+cpu", "0.18.0", None),
+        ("2.11.0+cu126", "0.18.0", None),
+        ("2.12.0.dev20260414+cu130", "0.19.0", None),  # newer torchao: allowed
+        ("2.13.0", None, "torchao is not installed: run `pip install torchao==0.18.0`"),
+        ("2.10.1+cu128", "0.18.0", "torch 2.10.1+cu128 is too old for torchao 0.18.0, which needs torch >= 2.11"),
+        ("2.11.0", "0.16.0", "torchao 0.16.0 is older than the 0.18.0"),
+    ],
+)
+def test_torchao_problem_names_the_fix(torch_version, torchao_version, phrase):
+    problem = torchao_problem(torch_version, torchao_version)
+    if phrase is None:
+        assert problem is None
+    else:
+        assert problem is not None and phrase in problem
+
+
+def test_import_torchao_refuses_a_missing_torchao_with_the_install_command(monkeypatch):
+    monkeypatch.setattr(quantization, "_installed_torchao_version", lambda: None)
+    with pytest.raises(ImportError, match=r"pip install torchao==0\.18\.0"):
+        import_torchao()
+
+
+def test_the_torchao_pin_is_the_same_everywhere():
+    """pyproject.toml and notebook 09's Colab install line pin the release the helpers check."""
+    root = Path(__file__).resolve().parents[1]
+    assert f'"torchao=={TORCHAO_VERSION}"' in (root / "pyproject.toml").read_text()
+    notebook = (root / "notebooks" / "09_shrink_models_with_quantization.ipynb").read_text()
+    assert f"%pip install --quiet torchao=={TORCHAO_VERSION}" in notebook

@@ -55,6 +55,10 @@ def test_diverging_run_stops_early():
     history = train_classifier(MLP(8, 2, depth=2), X, y, epochs=50, batch_size=32, lr=1e6)
     assert history.diverged
     assert len(history.losses) < 50 * 8
+    # The history ends at the first non-finite loss, even though the epoch ran to its end.
+    assert not math.isfinite(history.losses[-1])
+    assert all(math.isfinite(loss) for loss in history.losses[:-1])
+    assert len(history.grad_norms) == len(history.losses)
 
 
 def test_history_diverged_flag():
@@ -70,3 +74,27 @@ def test_unknown_optimizer(digits):
 def test_accuracy_of_a_model_without_parameters():
     X = torch.tensor([[2.0, 1.0], [0.0, 3.0], [5.0, 4.0]])
     assert accuracy(torch.nn.Identity(), X, torch.tensor([0, 1, 1])) == pytest.approx(2 / 3)
+
+
+def test_training_reads_values_back_once_per_epoch(digits, monkeypatch):
+    """No .item() per step: the losses and norms come back in one .tolist() per epoch."""
+    reads = []
+    original_tolist = torch.Tensor.tolist
+
+    def counting_tolist(tensor):
+        reads.append(tensor.shape)
+        return original_tolist(tensor)
+
+    def no_item(tensor):
+        raise AssertionError("train_classifier read a value with .item()")
+
+    monkeypatch.setattr(torch.Tensor, "item", no_item)
+    monkeypatch.setattr(torch.Tensor, "tolist", counting_tolist)
+    torch.manual_seed(0)
+    history = train_classifier(MLP(64, 10, hidden=16, depth=1), digits.X_train, digits.y_train, epochs=2, clip_norm=1.0)
+    monkeypatch.undo()
+    steps_per_epoch = math.ceil(len(digits.y_train) / 64)
+    assert len(reads) == 2
+    assert len(history.losses) == len(history.grad_norms) == 2 * steps_per_epoch
+    assert all(isinstance(value, float) for value in history.losses + history.grad_norms)
+

@@ -1,0 +1,627 @@
+"""Plausible wrong answers fail the exercise tests, for the reason the test names.
+
+Each case replaces one solution cell of a notebook with a wrong answer a learner might
+write, runs the notebook's setup cell, that answer and the exercise's test cell in a fresh
+namespace, and expects an ``AssertionError`` whose message matches. ``hidden=False`` runs
+only the visible part of the test cell: the learner must see the failure before grading.
+The notebook's own solution passes the same harness (so a failure is the answer's fault,
+not the harness's).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from IPython.core.inputtransformer2 import TransformerManager
+from nbtools import NOTEBOOK_DIR, is_solution_cell, is_test_cell, nbgrader_meta, read
+
+HIDDEN = "### BEGIN HIDDEN TESTS"
+
+
+@dataclass(frozen=True)
+class Wrong:
+    notebook: str  # file name prefix, "05"
+    grade_id: str  # the solution cell it replaces
+    why: str  # what the answer gets wrong (the test id)
+    answer: str
+    match: str  # a regular expression the failure message must match
+    hidden: bool = True  # False: the visible tests alone must catch it
+
+
+def _notebook(prefix: str) -> Path:
+    (path,) = NOTEBOOK_DIR.glob(f"{prefix}_*.ipynb")
+    return path
+
+
+def run_exercise(prefix: str, grade_id: str, answer: str | None = None, *, hidden: bool = True) -> None:
+    """Setup cell, then ``answer`` (the notebook's own solution if None), then the exercise's test cell."""
+    cells = read(_notebook(prefix)).cells
+    setup = next(c for c in cells if c.cell_type == "code")
+    index = next(i for i, c in enumerate(cells) if is_solution_cell(c) and nbgrader_meta(c)["grade_id"] == grade_id)
+    test = next(c for c in cells[index + 1 :] if is_test_cell(c))
+    test_source = test.source if hidden else test.source.split(HIDDEN)[0]
+    namespace: dict = {"__name__": "__main__"}
+    to_python = TransformerManager().transform_cell
+    for source in (setup.source, cells[index].source if answer is None else answer, test_source):
+        exec(compile(to_python(source), f"<{prefix} {grade_id}>", "exec"), namespace)
+
+
+KAIMING_WITH_INIT = """
+def kaiming_normal(fan_out, fan_in, gain=math.sqrt(2.0), generator=None):
+    weight = torch.empty(fan_out, fan_in)
+    return torch.nn.init.normal_(weight, std=gain / math.sqrt(fan_in), generator=generator)
+"""
+KAIMING_WITH_ALIAS = """
+from torch.nn.init import normal_ as draw
+
+def kaiming_normal(fan_out, fan_in, gain=math.sqrt(2.0), generator=None):
+    return draw(torch.empty(fan_out, fan_in), std=gain / math.sqrt(fan_in), generator=generator)
+"""
+KAIMING_FAN_OUT = """
+def kaiming_normal(fan_out, fan_in, gain=math.sqrt(2.0), generator=None):
+    return gain / math.sqrt(fan_out) * torch.randn(fan_out, fan_in, generator=generator)
+"""
+INIT_UNIFORM = """
+def init_weights(module):
+    if isinstance(module, nn.Linear):
+        nn.init.kaiming_uniform_(module.weight, nonlinearity="relu")
+        if module.bias is not None:
+            nn.init.zeros_(module.bias)
+"""
+GRADIENTS_ARE_ZERO = """
+def first_layer_units_identical(model, X, y):
+    first = next(m for m in model.modules() if isinstance(m, nn.Linear))
+    model.zero_grad(set_to_none=True)
+    nn.functional.cross_entropy(model(X), y).backward()
+    return bool(torch.allclose(first.weight.grad, torch.zeros_like(first.weight.grad)))
+"""
+WEIGHTS_NOT_GRADIENTS = """
+def first_layer_units_identical(model, X, y):
+    weight = next(m for m in model.modules() if isinstance(m, nn.Linear)).weight
+    return bool(torch.allclose(weight, weight[:1].expand_as(weight)))
+"""
+STALE_GRADIENTS = """
+def first_layer_units_identical(model, X, y):
+    first = next(m for m in model.modules() if isinstance(m, nn.Linear))
+    nn.functional.cross_entropy(model(X), y).backward()
+    grad = first.weight.grad
+    return bool(torch.allclose(grad, grad[:1].expand_as(grad)))
+"""
+CLIP_BODY = """
+    grads = [p.grad for p in parameters if p.grad is not None]
+    total_norm = torch.sqrt(sum(g.pow(2).sum() for g in grads))
+    coefficient = torch.clamp(max_norm / (total_norm + 1e-6), max=1.0)
+"""
+CLIP_REBINDS = f"""
+def clip_global_norm_(parameters, max_norm):
+    parameters = [p for p in parameters if p.grad is not None]
+    {CLIP_BODY.strip()}
+    for p in parameters:
+        p.grad = p.grad * coefficient
+    return total_norm
+"""
+CLIP_NEW_MEMORY = f"""
+def clip_global_norm_(parameters, max_norm):
+    parameters = [p for p in parameters if p.grad is not None]
+    {CLIP_BODY.strip()}
+    for p in parameters:
+        p.grad.data = p.grad.data * coefficient
+    return total_norm
+"""
+CLIP_WITH_ALIAS = """
+from torch.nn.utils import clip_grad_norm_
+
+def clip_global_norm_(parameters, max_norm):
+    return clip_grad_norm_(parameters, max_norm)
+"""
+CLIP_WITH_TOTAL_NORM = """
+from torch.nn.utils import get_total_norm as norm_of
+
+def clip_global_norm_(parameters, max_norm):
+    grads = [p.grad for p in parameters if p.grad is not None]
+    total_norm = norm_of(grads)
+    for g in grads:
+        g.mul_(torch.clamp(max_norm / (total_norm + 1e-6), max=1.0))
+    return total_norm
+"""
+COEFFICIENT_WITH_MIN = """
+def clip_coefficient(total_norm, max_norm):
+    return min(1.0, max_norm / (total_norm + 1e-6))
+"""
+COEFFICIENT_WITH_ITEM = """
+def clip_coefficient(total_norm, max_norm):
+    return torch.tensor(min(1.0, max_norm / (total_norm.item() + 1e-6)), dtype=total_norm.dtype)
+"""
+COEFFICIENT_UNCAPPED = """
+def clip_coefficient(total_norm, max_norm):
+    return max_norm / (total_norm + 1e-6)
+"""
+CLIP_BEFORE_UNSCALE = """
+def clipped_amp_step(model, optimizer, scaler, max_norm):
+    norm = torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)
+    scaler.unscale_(optimizer)
+    scaler.step(optimizer)
+    scaler.update()
+    return norm
+"""
+RUNS_AUTOCAST = """
+from torch import autocast as cast_automatically
+
+OPS = {
+    "linear": lambda t: F.linear(t, t), "matmul": lambda t: t @ t, "bmm": lambda t: torch.bmm(t[None], t[None]),
+    "conv2d": lambda t: F.conv2d(t[None, None], t[None, None, :3, :3]), "relu": lambda t: t.relu(),
+    "exp": lambda t: t.exp(), "softmax": lambda t: t.softmax(dim=-1), "sum": lambda t: t.sum(),
+    "add": lambda t: t + t, "layer_norm": lambda t: F.layer_norm(t, t.shape[-1:]),
+    "mse_loss": lambda t: F.mse_loss(t, t.flip(0)), "l1_loss": lambda t: F.l1_loss(t, t.flip(0)),
+    "cross_entropy": lambda t: F.cross_entropy(t, torch.arange(len(t))),
+    "nll_loss": lambda t: F.nll_loss(t, torch.arange(len(t))),
+}
+
+def predict_autocast_dtype(op, input_dtype):
+    with cast_automatically("cpu", dtype=torch.bfloat16):
+        return OPS[op](torch.randn(6, 6).to(input_dtype)).dtype
+"""
+NO_FLOAT32_LIST = """
+def predict_autocast_dtype(op, input_dtype):
+    if input_dtype == torch.float64:
+        return torch.float64
+    if op in {"linear", "matmul", "bmm", "conv2d"}:
+        return torch.bfloat16
+    return input_dtype
+"""
+COUNTS_EXISTING_INF = """
+def count_lost(x, dtype):
+    stored = x.to(dtype)
+    return int(torch.isinf(stored).sum()), int(((x != 0) & (stored == 0)).sum())
+"""
+BACKOFF_KEEPS_COUNT = """
+def update_scale(scale, growth_tracker, found_inf, growth_factor=2.0, backoff_factor=0.5, growth_interval=2000):
+    if found_inf:
+        return scale * backoff_factor, growth_tracker
+    growth_tracker += 1
+    if growth_tracker == growth_interval:
+        return scale * growth_factor, 0
+    return float(scale), growth_tracker
+"""
+
+_WRONG_05_07 = [
+    Wrong("05", "ex1_kaiming_normal", "calls torch.nn.init", KAIMING_WITH_INIT, "without torch.nn.init", False),
+    Wrong(
+        "05",
+        "ex1_kaiming_normal",
+        "imports torch.nn.init under another name",
+        KAIMING_WITH_ALIAS,
+        "without torch.nn.init",
+        False,
+    ),
+    Wrong("05", "ex1_kaiming_normal", "scales by fan_out", KAIMING_FAN_OUT, "std should be about", False),
+    Wrong("05", "ex2_init_weights", "uniform instead of normal", INIT_UNIFORM, "kurtosis"),
+    Wrong(
+        "05", "ex3_units_identical", "tests for zero gradients", GRADIENTS_ARE_ZERO, "constant first two layers", False
+    ),
+    Wrong(
+        "05",
+        "ex3_units_identical",
+        "compares weights, not gradients",
+        WEIGHTS_NOT_GRADIENTS,
+        "identical first layer, random second layer",
+    ),
+    Wrong("05", "ex3_units_identical", "keeps stale gradients", STALE_GRADIENTS, "stale"),
+    Wrong(
+        "06", "ex1_clip_global_norm", "assigns new tensors to .grad", CLIP_REBINDS, "replaced by a new tensor", False
+    ),
+    Wrong("06", "ex1_clip_global_norm", "assigns new memory to .grad.data", CLIP_NEW_MEMORY, "new memory", False),
+    Wrong(
+        "06",
+        "ex1_clip_global_norm",
+        "clip_grad_norm_ imported at the top",
+        CLIP_WITH_ALIAS,
+        "without torch's clipping utilities",
+        False,
+    ),
+    Wrong(
+        "06",
+        "ex1_clip_global_norm",
+        "get_total_norm under another name",
+        CLIP_WITH_TOTAL_NORM,
+        "without torch's clipping utilities",
+        False,
+    ),
+    Wrong(
+        "06",
+        "ex2_clip_coefficient",
+        "Python min on the norm",
+        COEFFICIENT_WITH_MIN,
+        "without reading the norm on the host",
+        False,
+    ),
+    Wrong(
+        "06",
+        "ex2_clip_coefficient",
+        "reads the norm with .item()",
+        COEFFICIENT_WITH_ITEM,
+        "without reading the norm on the host",
+        False,
+    ),
+    Wrong("06", "ex2_clip_coefficient", "not capped at 1", COEFFICIENT_UNCAPPED, "below the threshold", False),
+    Wrong("06", "ex3_clipped_amp_step", "clips before unscaling", CLIP_BEFORE_UNSCALE, "when the step is taken", False),
+    Wrong(
+        "07",
+        "ex1_predict_autocast_dtype",
+        "runs autocast under another name",
+        RUNS_AUTOCAST,
+        "do not run autocast",
+        False,
+    ),
+    Wrong(
+        "07",
+        "ex1_predict_autocast_dtype",
+        "forgets the float32 list",
+        NO_FLOAT32_LIST,
+        "should be torch.float32, got torch.bfloat16",
+    ),
+    Wrong("07", "ex2_count_lost", "counts infinities already in x", COUNTS_EXISTING_INF, "inf, nan and 0"),
+    Wrong(
+        "07", "ex3_update_scale", "keeps the count after an inf", BACKOFF_KEEPS_COUNT, "an inf resets the count", False
+    ),
+]
+
+# 02 · Measure and reduce memory
+FROZEN_GET_GRADIENTS = """
+def training_memory_bytes(model, optimizer):
+    copies = {"sgd": 0, "momentum": 1, "adam": 2, "adamw": 2}
+    if optimizer not in copies:
+        raise ValueError(f"unknown optimizer {optimizer!r}")
+    params = sum(p.numel() * p.element_size() for p in model.parameters())
+    state = copies[optimizer] * params
+    return {"parameters": params, "gradients": params, "optimizer_state": state, "total": 2 * params + state}
+"""
+SAME_DATA_PTR = """
+def shares_storage(a, b):
+    return a.device == b.device and a.data_ptr() == b.data_ptr()
+
+
+def new_bytes(result, base):
+    return 0 if shares_storage(result, base) else result.untyped_storage().nbytes()
+"""
+EVERY_SAVE_COUNTED = """
+class SavedBytesByDtype:
+    def __init__(self):
+        self.bytes_by_dtype = {}
+
+    def __enter__(self):
+        def pack(tensor):
+            size = tensor.numel() * tensor.element_size()
+            self.bytes_by_dtype[tensor.dtype] = self.bytes_by_dtype.get(tensor.dtype, 0) + size
+            return tensor
+
+        self._hooks = torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor)
+        self._hooks.__enter__()
+        return self
+
+    def __exit__(self, *exc_info):
+        self._hooks.__exit__(*exc_info)
+
+    @property
+    def total_bytes(self):
+        return sum(self.bytes_by_dtype.values())
+"""
+RELU_OUTPUT_TWICE = """
+def mlp_activation_bytes(batch_size, in_features, hidden, depth, dtype):
+    element_size = torch.empty((), dtype=dtype).element_size()
+    return batch_size * (in_features + 2 * depth * hidden) * element_size
+"""
+
+# 03 · Feed the model with batches
+PIN_FOR_ANY_ACCELERATOR = """
+def loader_options(device, num_workers):
+    has_workers = num_workers > 0
+    return {
+        "num_workers": num_workers,
+        "pin_memory": device.type != "cpu",
+        "persistent_workers": has_workers,
+        "prefetch_factor": 4 if has_workers else None,
+    }
+"""
+TIME_FIRST_PADDING = """
+def pad_collate(batch, padding_value=0):
+    from torch.nn.utils.rnn import pad_sequence
+
+    sequences = [sequence for sequence, _ in batch]
+    padded = pad_sequence(sequences, padding_value=padding_value)
+    lengths = torch.tensor([len(sequence) for sequence in sequences])
+    labels = torch.tensor([label for _, label in batch])
+    return padded, lengths, labels
+"""
+GLOBAL_SEED = """
+def make_reproducible_loader(dataset, batch_size, seed):
+    torch.manual_seed(seed)
+    return DataLoader(dataset, batch_size=batch_size, shuffle=True)
+"""
+SEEDED_SAMPLER = """
+from torch.utils.data import RandomSampler
+
+
+def make_reproducible_loader(dataset, batch_size, seed):
+    sampler = RandomSampler(dataset, generator=torch.Generator().manual_seed(seed))
+    return DataLoader(dataset, batch_size=batch_size, sampler=sampler)
+"""
+NO_SET_EPOCH = """
+def shard_indices(num_samples, num_replicas, shuffle, seed=0, epoch=0):
+    dataset = TensorDataset(torch.arange(num_samples))
+    return [
+        list(DistributedSampler(dataset, num_replicas=num_replicas, rank=rank, shuffle=shuffle, seed=seed))
+        for rank in range(num_replicas)
+    ]
+"""
+
+# 04 · Stabilise training with BatchNorm
+BIASED_RUNNING_VAR = """
+def batchnorm1d_forward(x, weight, bias, running_mean, running_var, training, momentum=0.1, eps=1e-5):
+    if training:
+        mean, var = x.mean(dim=0), x.var(dim=0, correction=0)
+        new_mean = (1 - momentum) * running_mean + momentum * mean
+        new_var = (1 - momentum) * running_var + momentum * var
+    else:
+        mean, var = running_mean, running_var
+        new_mean, new_var = running_mean.clone(), running_var.clone()
+    return (x - mean) / torch.sqrt(var + eps) * weight + bias, new_mean, new_var
+"""
+CALLS_F_BATCH_NORM = """
+def batchnorm1d_forward(x, weight, bias, running_mean, running_var, training, momentum=0.1, eps=1e-5):
+    new_mean, new_var = running_mean.clone(), running_var.clone()
+    output = torch.nn.functional.batch_norm(x, new_mean, new_var, weight, bias, training, momentum, eps)
+    return output, new_mean, new_var
+"""
+DROPS_LINEAR_BIAS = """
+def fold_linear_bn(linear, bn):
+    with torch.no_grad():
+        scale = bn.weight / torch.sqrt(bn.running_var + bn.eps)
+        folded = nn.Linear(linear.in_features, linear.out_features)
+        folded.weight.copy_(linear.weight * scale[:, None])
+        folded.bias.copy_(bn.bias - scale * bn.running_mean)
+    return folded
+"""
+WHOLE_MODEL_EVAL = """
+def freeze_batchnorm(model):
+    return model.eval()
+"""
+
+_WRONG_02_04 = [
+    Wrong("02", "ex1_training_memory", "frozen parameters get gradients", FROZEN_GET_GRADIENTS, "frozen first layer"),
+    Wrong("02", "ex2_view_or_copy", "compares data_ptr", SAME_DATA_PTR, "a view that starts at an offset", False),
+    Wrong("02", "ex3_saved_bytes_by_dtype", "counts every save", EVERY_SAVE_COUNTED, r"a counter for n=\d+, k=\d+"),
+    Wrong(
+        "02",
+        "ex4_mlp_activations",
+        "counts relu outputs twice",
+        RELU_OUTPUT_TWICE,
+        r"mlp_activation_bytes\(8, 16, 32, 2, float32\)",
+        False,
+    ),
+    Wrong("03", "ex1_loader_options", "pins memory for mps", PIN_FOR_ANY_ACCELERATOR, "'mps'"),
+    Wrong("03", "ex2_pad_collate", "pads time-first", TIME_FIRST_PADDING, "^padded", False),
+    Wrong("03", "ex3_reproducible_loader", "seeds the global generator", GLOBAL_SEED, "second loader", False),
+    Wrong("03", "ex3_reproducible_loader", "seeds a RandomSampler", SEEDED_SAMPLER, "pins one construction"),
+    Wrong("03", "ex4_shard_indices", "forgets set_epoch", NO_SET_EPOCH, "another epoch", False),
+    Wrong(
+        "04",
+        "ex1_batchnorm_forward",
+        "biased running variance",
+        BIASED_RUNNING_VAR,
+        "train-mode new_running_var",
+        False,
+    ),
+    Wrong("04", "ex1_batchnorm_forward", "calls F.batch_norm", CALLS_F_BATCH_NORM, "tensor arithmetic"),
+    Wrong(
+        "04",
+        "ex2_fold_linear_bn",
+        "drops the linear bias",
+        DROPS_LINEAR_BIAS,
+        r"folded\(x\) for a 6->4 layer",
+        False,
+    ),
+    Wrong(
+        "04",
+        "ex3_freeze_batchnorm",
+        "puts the whole model in eval",
+        WHOLE_MODEL_EVAL,
+        "should still be in training mode",
+        False,
+    ),
+]
+
+SHARDS_FROM_SAMPLER = """
+def shard_indices(num_samples, num_replicas, rank):
+    return list(DistributedSampler(range(num_samples), num_replicas=num_replicas, rank=rank, shuffle=False))
+"""
+SHARDS_UNPADDED = """
+def shard_indices(num_samples, num_replicas, rank):
+    return list(range(rank, num_samples, num_replicas))
+"""
+MEAN_OF_OVERWRITTEN = """
+def all_reduce_mean_(tensors):
+    for tensor in tensors:
+        tensor.copy_(torch.stack(tensors).mean(dim=0))
+"""
+SUM_NOT_MEAN = """
+def all_reduce_mean_(tensors):
+    total = torch.stack(tensors).sum(dim=0)
+    for tensor in tensors:
+        tensor.copy_(total)
+"""
+BATCH_WITHOUT_ACCUMULATION = """
+def scale_for_ranks(per_rank_batch, world_size, accumulation_steps, base_lr, base_batch):
+    effective_batch = per_rank_batch * world_size
+    return effective_batch, base_lr * effective_batch / base_batch
+"""
+RING_HALF = """
+def ring_allreduce_bytes(num_elements, world_size, element_size=4):
+    return (world_size - 1) * num_elements * element_size / world_size
+"""
+QUANTIZE_WITH_TORCH = """
+def quantize_per_tensor(x, scale, zero_point, dtype):
+    legacy = {torch.uint8: torch.quint8, torch.int8: torch.qint8}[dtype]
+    return torch.quantize_per_tensor(x, scale, zero_point, legacy).int_repr()
+
+
+def dequantize_per_tensor(q, scale, zero_point):
+    return (q.to(torch.float32) - zero_point) * scale
+"""
+QUANTIZE_WITH_TORCHAO = """
+def quantize_per_tensor(x, scale, zero_point, dtype):
+    info = torch.iinfo(dtype)
+    return quantize_affine(x, x.shape, torch.tensor([scale]), torch.tensor([zero_point]), dtype, info.min, info.max)
+
+
+def dequantize_per_tensor(q, scale, zero_point):
+    return (q.to(torch.float32) - zero_point) * scale
+"""
+QUANTIZE_HALVES_UP = """
+def quantize_per_tensor(x, scale, zero_point, dtype):
+    info = torch.iinfo(dtype)
+    return (torch.floor(x / scale + 0.5) + zero_point).clamp(info.min, info.max).to(dtype)
+
+
+def dequantize_per_tensor(q, scale, zero_point):
+    return (q.to(torch.float32) - zero_point) * scale
+"""
+QPARAMS_WITH_TORCHAO = """
+def choose_qparams(min_val, max_val, dtype):
+    from torchao.quantization import choose_qparams_affine_with_min_max
+
+    info = torch.iinfo(dtype)
+    scale, zero_point = choose_qparams_affine_with_min_max(
+        torch.tensor([min_val]), torch.tensor([max_val]), MappingType.ASYMMETRIC, (1,), dtype, info.min, info.max,
+        eps=torch.finfo(torch.float32).eps, zero_point_dtype=torch.int32,
+    )
+    return scale.item(), int(zero_point.item())
+"""
+QPARAMS_WITHOUT_ZERO = """
+def choose_qparams(min_val, max_val, dtype):
+    info = torch.iinfo(dtype)
+    scale = max((max_val - min_val) / (info.max - info.min), torch.finfo(torch.float32).eps)
+    zero_point = info.min - round(min_val / scale)
+    return float(scale), int(min(max(zero_point, info.min), info.max))
+"""
+SQNR_WITH_TORCHAO = """
+def sqnr_db(x, x_hat):
+    return compute_error(x, x_hat).item()
+"""
+SQNR_TWENTY_LOG = """
+def sqnr_db(x, x_hat):
+    import math
+
+    return 20 * math.log10(x.pow(2).sum().item() / (x - x_hat).pow(2).sum().item())
+"""
+BYTES_FROM_ELEMENT_SIZE = """
+def stored_bytes(model):
+    return sum(t.numel() * t.element_size() for t in model.state_dict().values() if isinstance(t, torch.Tensor))
+"""
+BYTES_ONE_LEVEL = """
+def stored_bytes(model):
+    total = 0
+    for t in model.state_dict().values():
+        if not isinstance(t, torch.Tensor):
+            continue
+        inner = [getattr(t, name) for name in t.__tensor_flatten__()[0]] if hasattr(t, "__tensor_flatten__") else [t]
+        total += sum(part.numel() * part.element_size() for part in inner)
+    return total
+"""
+STEPS_FROM_SCHEDULE = """
+def recorded_steps(wait, warmup, active, repeat, skip_first, num_steps):
+    import warnings
+
+    from torch.profiler import ProfilerAction, schedule
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        plan = schedule(wait=wait, warmup=warmup, active=active, repeat=repeat, skip_first=skip_first)
+    return [s for s in range(num_steps) if plan(s) in (ProfilerAction.RECORD, ProfilerAction.RECORD_AND_SAVE)]
+"""
+STEPS_WITHOUT_REPEAT = """
+def recorded_steps(wait, warmup, active, repeat, skip_first, num_steps):
+    cycle = wait + warmup + active
+    return [s for s in range(skip_first, num_steps) if (s - skip_first) % cycle >= wait + warmup]
+"""
+OPTIMIZER_IN_BACKWARD = """
+def labelled_step(model, optimizer, X, y, prefix):
+    with record_function(f"{prefix}/forward"):
+        loss = F.cross_entropy(model(X), y)
+    with record_function(f"{prefix}/backward"):
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        optimizer.step()
+    with record_function(f"{prefix}/optimizer"):
+        pass
+    return loss.detach()
+"""
+TRACE_ELSEWHERE = """
+def export_and_load(prof, directory):
+    path = os.path.join(tempfile.mkdtemp(), "trace.json")
+    prof.export_chrome_trace(path)
+    with open(path, encoding="utf-8") as file:
+        return json.load(file)
+"""
+EVERY_PHASE_COUNTED = """
+def event_stats(trace, name):
+    durations = [event.get("dur", 0.0) for event in trace["traceEvents"] if event.get("name") == name]
+    return len(durations), float(sum(durations)) / 1e3
+"""
+MICROSECONDS = """
+def event_stats(trace, name):
+    durations = [e["dur"] for e in trace["traceEvents"] if e.get("ph") == "X" and e.get("name") == name and "dur" in e]
+    return len(durations), float(sum(durations))
+"""
+
+_WRONG_08_10 = [
+    Wrong("08", "ex1_shard_indices", "asks the sampler", SHARDS_FROM_SAMPLER, "without DistributedSampler", False),
+    Wrong("08", "ex1_shard_indices", "no padding", SHARDS_UNPADDED, r"\(with padding\) should be", False),
+    Wrong("08", "ex2_all_reduce_mean", "mean of overwritten values", MEAN_OF_OVERWRITTEN, "wrong values", False),
+    Wrong("08", "ex2_all_reduce_mean", "sum, not mean", SUM_NOT_MEAN, "wrong values", False),
+    Wrong("08", "ex3_scale_for_ranks", "forgets accumulation", BATCH_WITHOUT_ACCUMULATION, "should be 1024", False),
+    Wrong("08", "ex4_ring_allreduce_bytes", "reduce-scatter only", RING_HALF, "should be about 4000", False),
+    Wrong("09", "ex1_quantize_per_tensor", "asks torch", QUANTIZE_WITH_TORCH, r"called torch\..*per_tensor", False),
+    Wrong("09", "ex1_quantize_per_tensor", "asks torchao", QUANTIZE_WITH_TORCHAO, r"called torchao\.", False),
+    Wrong("09", "ex1_quantize_per_tensor", "rounds halves up", QUANTIZE_HALVES_UP, "round half to even", False),
+    Wrong("09", "ex2_choose_qparams", "asks torchao", QPARAMS_WITH_TORCHAO, r"called torchao\.", False),
+    Wrong("09", "ex2_choose_qparams", "range without zero", QPARAMS_WITHOUT_ZERO, r"stretched to \[0, 2\]", False),
+    Wrong("09", "ex3_sqnr_db", "asks torchao", SQNR_WITH_TORCHAO, r"called torchao\..*compute_error", False),
+    Wrong("09", "ex3_sqnr_db", "20 log10 of a power ratio", SQNR_TWENTY_LOG, "should be about 20, got 40", False),
+    Wrong("09", "ex4_stored_bytes", "trusts element_size", BYTES_FROM_ELEMENT_SIZE, "after Int8WeightOnly", False),
+    Wrong("09", "ex4_stored_bytes", "flattens one level only", BYTES_ONE_LEVEL, "a subclass inside a subclass"),
+    Wrong("10", "ex1_recorded_steps", "asks schedule", STEPS_FROM_SCHEDULE, r"called torch\.profiler", False),
+    Wrong("10", "ex1_recorded_steps", "ignores repeat", STEPS_WITHOUT_REPEAT, r"should be \[3, 4, 7, 8\]", False),
+    Wrong("10", "ex2_labelled_step", "optimizer in the backward label", OPTIMIZER_IN_BACKWARD, "should run inside"),
+    Wrong("10", "ex3_export_and_load", "writes elsewhere", TRACE_ELSEWHERE, "no .json file was written", False),
+    Wrong("10", "ex4_event_stats", "counts every phase", EVERY_PHASE_COUNTED, "instant does not count", False),
+    Wrong("10", "ex4_event_stats", "microseconds", MICROSECONDS, "total milliseconds", False),
+]
+
+WRONG = _WRONG_02_04 + _WRONG_05_07 + _WRONG_08_10
+
+
+@pytest.mark.parametrize("wrong", WRONG, ids=lambda w: f"{w.notebook}-{w.grade_id}-{w.why}")
+def test_wrong_answer_fails(wrong):
+    with pytest.raises(AssertionError, match=wrong.match):
+        run_exercise(wrong.notebook, wrong.grade_id, wrong.answer, hidden=wrong.hidden)
+
+
+@pytest.mark.parametrize("exercise", sorted({(w.notebook, w.grade_id) for w in WRONG}), ids="-".join)
+def test_solution_passes_the_same_harness(exercise):
+    run_exercise(*exercise)
+
+
+def test_a_reproducible_sampler_passes_the_visible_tests_of_exercise_3():
+    # Why the hidden test of notebook 03's exercise 3 must say which construction it pins:
+    # this answer is reproducible, so only the comparison with DataLoader(generator=...) fails it.
+    run_exercise("03", "ex3_reproducible_loader", SEEDED_SAMPLER, hidden=False)
+
+
+@pytest.mark.parametrize("prefix", ["08", "09", "10"])
+def test_every_exercise_has_a_wrong_answer(prefix):
+    exercises = {nbgrader_meta(c)["grade_id"] for c in read(_notebook(prefix)).cells if is_solution_cell(c)}
+    covered = {w.grade_id for w in WRONG if w.notebook == prefix}
+    assert exercises == covered, f"notebook {prefix}: no wrong answer for {sorted(exercises - covered)}"
