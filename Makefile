@@ -1,15 +1,18 @@
 # Two commands: `make lab` (open the course) and `make test` (run every check).
 # Both create .venv on first use and reinstall only when the pins change.
+# `make lab` serves workspace/ (the learner's copies of the student versions, ignored by git);
+# `make lab-instructor` serves notebooks/ (solutions and hidden tests).
 
 PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 PORT   ?= 8888
+WORKSPACE ?= workspace
 # Jupyter refuses to run as root unless told; containers and CI machines often are root.
 ROOT_FLAG := $(if $(filter 0,$(shell id -u)),--allow-root)
 
-.PHONY: lab test install lint release grade-benchmark clean
+.PHONY: lab lab-instructor workspace test colab-test install lint release grade-benchmark set-repo-url clean
 
 $(STAMP): pyproject.toml requirements.lock
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -19,8 +22,15 @@ $(STAMP): pyproject.toml requirements.lock
 
 install: $(STAMP)  ## create .venv and install the pinned environment
 
-lab: $(STAMP)  ## open JupyterLab on notebooks/
-	$(BIN)/jupyter lab --notebook-dir=notebooks --port=$(PORT) $(ROOT_FLAG) $(LAB_ARGS)
+workspace: $(STAMP)  ## create or update workspace/ from grading/release/ (never overwrites your edits)
+	$(BIN)/python -m course_utils.workspace --into $(WORKSPACE)
+
+lab: workspace  ## open JupyterLab on workspace/, the learner's lab (no instructor tools; Validate runs `course validate`)
+	PATH="$(abspath $(BIN)):$$PATH" JUPYTER_CONFIG_PATH="$(CURDIR)/jupyter/learner$${JUPYTER_CONFIG_PATH:+:$$JUPYTER_CONFIG_PATH}" \
+	  $(BIN)/jupyter lab --notebook-dir=$(WORKSPACE) --port=$(PORT) $(ROOT_FLAG) $(LAB_ARGS)
+
+lab-instructor: $(STAMP)  ## open JupyterLab on notebooks/ (solutions, hidden tests) with every nbgrader tool
+	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/jupyter lab --notebook-dir=notebooks --port=$(PORT) $(ROOT_FLAG) $(LAB_ARGS)
 
 test: $(STAMP)  ## lint, check notebooks, run unit tests and every notebook (small sizes)
 	$(BIN)/ruff check course_utils tests notebooks
