@@ -37,6 +37,9 @@ test: $(STAMP)  ## lint, check notebooks, run unit tests and every notebook (sma
 	$(BIN)/nbstripout --verify notebooks/*.ipynb
 	COURSE_QUICK=1 $(BIN)/pytest $(PYTEST_ARGS)
 
+colab-test: $(STAMP)  ## the Colab path: a fresh venv with only what Colab ships, each student notebook's setup cell, then the notebook
+	COURSE_COLAB_TEST=1 $(BIN)/pytest tests/test_colab.py $(PYTEST_ARGS)
+
 lint: $(STAMP)  ## ruff only
 	$(BIN)/ruff check course_utils tests notebooks
 
@@ -45,6 +48,10 @@ release: $(STAMP)  ## regenerate the student versions in grading/release/ from n
 
 grade-benchmark: $(STAMP)  ## plain nbgrader vs `course autograde --jobs 2` on a class of 20; prints the ratio
 	$(BIN)/python grading/benchmark.py $(BENCH_ARGS)
+
+set-repo-url: $(STAMP)  ## for a fork: make set-repo-url URL=https://github.com/OWNER/NAME (rewrites every link), then commit
+	@test -n "$(URL)" || { echo "usage: make set-repo-url URL=https://github.com/OWNER/NAME"; exit 2; }
+	$(BIN)/python -m course_utils.repo_url "$(URL)"
 
 clean:  ## remove the virtual environment
 	rm -rf $(VENV)
