@@ -32,6 +32,14 @@ def dirs(tmp_path):
     return release, tmp_path / "workspace"
 
 
+def _edit_then_release_v2(release: Path, ws: Path) -> None:
+    """The learner saves their work in the notebook, then the course releases v2 of it."""
+    sync_workspace(release, ws)
+    (ws / NB).write_text("mine")
+    _release(release, {NB: "v2"})
+    sync_workspace(release, ws)
+
+
 def test_first_sync_copies_every_assignment_file_and_skips_hidden_ones(dirs):
     release, ws = dirs
     report = sync_workspace(release, ws)
@@ -72,10 +80,7 @@ def test_an_edited_notebook_is_kept_and_the_new_release_goes_beside_it_once(dirs
 
 def test_an_untouched_copy_beside_follows_a_later_release_but_an_edited_one_does_not(dirs):
     release, ws = dirs
-    sync_workspace(release, ws)
-    (ws / NB).write_text("mine")
-    _release(release, {NB: "v2"})
-    sync_workspace(release, ws)
+    _edit_then_release_v2(release, ws)
     _release(release, {NB: "v3"})
     assert sync_workspace(release, ws).kept == [(NB, NEW)]
     assert (ws / NEW).read_text() == "v3"
@@ -98,10 +103,7 @@ def test_a_deleted_copy_comes_back_fresh(dirs):
 
 def test_adopting_the_new_release_makes_the_file_follow_the_release_again(dirs):
     release, ws = dirs
-    sync_workspace(release, ws)
-    (ws / NB).write_text("mine")
-    _release(release, {NB: "v2"})
-    sync_workspace(release, ws)
+    _edit_then_release_v2(release, ws)
     (ws / NEW).replace(ws / NB)
     _release(release, {NB: "v3"})
     assert sync_workspace(release, ws).updated == [NB]
