@@ -12,7 +12,7 @@ WORKSPACE ?= workspace
 # Jupyter refuses to run as root unless told; containers and CI machines often are root.
 ROOT_FLAG := $(if $(filter 0,$(shell id -u)),--allow-root)
 
-.PHONY: lab lab-instructor workspace test colab-test install lint release grade-benchmark set-repo-url clean
+.PHONY: lab lab-instructor workspace test colab-test install lint release grade-benchmark gpu-check set-repo-url clean
 
 $(STAMP): pyproject.toml requirements.lock
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -48,6 +48,11 @@ release: $(STAMP)  ## regenerate the student versions in grading/release/ from n
 
 grade-benchmark: $(STAMP)  ## plain nbgrader vs `course autograde --jobs 2` on a class of 20; prints the ratio
 	$(BIN)/python grading/benchmark.py $(BENCH_ARGS)
+
+# The GPU check uses the Python at hand (a GPU machine's own CUDA build of torch), not .venv.
+GPU_PYTHON ?= python3
+gpu-check:  ## every notebook top to bottom at GPU sizes; executed notebooks and summary in gpu-check/
+	$(GPU_PYTHON) tests/gpu_check.py $(GPU_CHECK_ARGS)
 
 set-repo-url: $(STAMP)  ## for a fork: make set-repo-url URL=https://github.com/OWNER/NAME (rewrites every link), then commit
 	@test -n "$(URL)" || { echo "usage: make set-repo-url URL=https://github.com/OWNER/NAME"; exit 2; }

@@ -21,6 +21,7 @@ _EXPORTS: dict[str, tuple[str, ...]] = {
         "choose_device",
         "describe_environment",
         "device_name",
+        "float32_precision_settings",
         "format_environment",
         "pick_device",
         "synchronize",

@@ -17,6 +17,7 @@ __all__ = [
     "choose_device",
     "describe_environment",
     "device_name",
+    "float32_precision_settings",
     "format_environment",
     "pick_device",
     "synchronize",
@@ -113,8 +114,24 @@ def describe_environment(device: torch.device | str) -> dict[str, str]:
         facts["cuDNN"] = str(torch.backends.cudnn.version())
         major, minor = torch.cuda.get_device_capability(device)
         facts["compute capability"] = f"{major}.{minor}"
-        facts["TF32 matmul"] = torch.get_float32_matmul_precision()
+        facts.update(float32_precision_settings())
     return facts
+
+
+def float32_precision_settings() -> dict[str, str]:
+    """How CUDA float32 matmuls and cuDNN convolutions may round: ``fp32_precision`` values.
+
+    ``"tf32"`` allows TensorFloat-32 on Tensor Cores (Ampere and newer); ``"ieee"`` keeps
+    full float32; ``"none"`` means nothing was set, which for matmuls is full float32.
+    Reads the ``fp32_precision`` attributes (PyTorch 2.9 and newer, so every supported
+    version) rather than ``torch.get_float32_matmul_precision()``, which raises once a
+    program has set the newer attributes to a state the old API cannot express.
+    Reading changes nothing.
+    """
+    return {
+        "fp32 matmul precision": torch.backends.cuda.matmul.fp32_precision,
+        "fp32 conv precision": torch.backends.cudnn.conv.fp32_precision,
+    }
 
 
 def format_environment(device: torch.device | str) -> str:

@@ -3,6 +3,8 @@
 Contract: nothing happens at import. ``seed_everything`` seeds Python, NumPy and torch
 (all devices). ``quick_mode`` reads the ``COURSE_QUICK`` environment variable, which
 the test suite sets so that notebooks run their smallest problem sizes.
+``SUPPORTED_TORCH`` is the one place that states which torch releases the notebooks support:
+CI runs the pinned release, GPU machines and Colab often lag it.
 """
 
 from __future__ import annotations
@@ -15,7 +17,11 @@ from typing import TypeVar
 import numpy as np
 import torch
 
-__all__ = ["in_colab", "quick_mode", "scaled", "seed_everything"]
+__all__ = ["SUPPORTED_TORCH", "in_colab", "quick_mode", "scaled", "seed_everything", "torch_version_supported"]
+
+# Oldest and newest (major, minor) torch release the notebooks are run on: the pin in
+# pyproject.toml (CI, CPU) is the newest; 2.11 is what the course's GPU check ran on.
+SUPPORTED_TORCH: tuple[tuple[int, int], tuple[int, int]] = ((2, 11), (2, 13))
 
 T = TypeVar("T")
 
@@ -25,6 +31,21 @@ def seed_everything(seed: int = 0) -> None:
     random.seed(seed)
     np.random.seed(seed)
     torch.manual_seed(seed)
+
+
+def torch_version_supported(version: str) -> bool:
+    """True when a torch version string (``torch.__version__``) lies in ``SUPPORTED_TORCH``.
+
+    >>> torch_version_supported("2.11.0+cu130"), torch_version_supported("2.10.1")
+    (True, False)
+    """
+    parts = version.split("+")[0].split(".")
+    try:
+        major_minor = (int(parts[0]), int(parts[1]))
+    except (IndexError, ValueError):
+        return False
+    oldest, newest = SUPPORTED_TORCH
+    return oldest <= major_minor <= newest
 
 
 def in_colab() -> bool:

@@ -4,7 +4,14 @@ import pytest
 import torch
 
 from course_utils import device as device_module
-from course_utils.device import choose_device, describe_environment, format_environment, pick_device, synchronize
+from course_utils.device import (
+    choose_device,
+    describe_environment,
+    float32_precision_settings,
+    format_environment,
+    pick_device,
+    synchronize,
+)
 
 
 @pytest.mark.parametrize(
@@ -73,7 +80,22 @@ def test_describe_environment_cuda_with_fakes(monkeypatch):
     assert facts["hardware"] == "NVIDIA H100 80GB HBM3"
     assert facts["compute capability"] == "9.0"
     assert facts["cuDNN"] == "91000"
-    assert facts["TF32 matmul"] == torch.get_float32_matmul_precision()
+    assert facts["fp32 matmul precision"] == torch.backends.cuda.matmul.fp32_precision
+    assert facts["fp32 conv precision"] == torch.backends.cudnn.conv.fp32_precision
+
+
+def test_float32_precision_settings_reads_the_new_api_and_survives_mixing():
+    fresh = float32_precision_settings()
+    assert fresh == {"fp32 matmul precision": "none", "fp32 conv precision": "tf32"}  # PyTorch's defaults
+    try:
+        torch.backends.cuda.matmul.fp32_precision = "tf32"
+        with pytest.raises(RuntimeError, match="mix of the legacy and new APIs"):
+            torch.get_float32_matmul_precision()  # why describe_environment does not call it
+        assert float32_precision_settings()["fp32 matmul precision"] == "tf32"
+    finally:
+        torch.backends.cuda.matmul.fp32_precision = "none"
+    assert float32_precision_settings() == fresh
+    assert torch.get_float32_matmul_precision() == "highest"
 
 
 def test_cpu_name_is_not_empty():
