@@ -130,7 +130,9 @@ def sync_workspace(release: Path, workspace: Path) -> SyncReport:
         elif copied.get(key) != latest:  # the learner's work, and the release moved on
             _offer_beside(source, workspace, relative, latest, copied, offered, report)
     manifest = {"copied": copied, "offered": offered}
-    (workspace / MANIFEST).write_text(json.dumps(manifest, indent=1, sort_keys=True) + "\n", encoding="utf-8")
+    partial = workspace / (MANIFEST + ".partial")  # written whole, then swapped in: never half a manifest
+    partial.write_text(json.dumps(manifest, indent=1, sort_keys=True) + "\n", encoding="utf-8")
+    partial.replace(workspace / MANIFEST)
     return report
 
 
