@@ -3,8 +3,7 @@
 Each test starts the real Makefile target on a free port (the learner's lab on a workspace
 in a temporary folder), then asks the running server what a browser would get: the files
 it lists, the page config JupyterLab hands to the browser (which plugins are disabled),
-nbgrader's formgrader URL, and the Validate button's endpoint. The browser itself is
-driven by `make browser-test`.
+nbgrader's formgrader URL, and the Validate button's endpoint (what the button posts).
 """
 
 from __future__ import annotations
