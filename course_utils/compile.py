@@ -98,7 +98,7 @@ def install_hint(platform: str | None = None) -> str:
             "and start Python from a 'Developer Command Prompt', so that cl.exe is on PATH"
         )
     return (
-        "install g++: sudo apt-get install g++ (Debian, Ubuntu, Colab), sudo dnf install gcc-c++ "
+        "install g++: sudo apt-get install g++ (Debian, Ubuntu), sudo dnf install gcc-c++ "
         "(Fedora), or conda install -c conda-forge gxx; or point the CXX environment variable "
         "at another C++ compiler before starting Python"
     )
@@ -157,7 +157,8 @@ def inductor_status(
             "it captures graphs but generates no kernels, so compiled code runs at eager speed.",
         )
     if kind == "mps":
-        return InductorStatus(True, "inductor", "Inductor generates Metal kernels for Apple GPUs (a prototype).")
+        message = "Inductor generates Metal kernels for Apple GPUs (early support in these torch versions)."
+        return InductorStatus(True, "inductor", message)
     compiler = find_compiler()
     if compiler is None:
         return InductorStatus(
