@@ -66,6 +66,8 @@ __all__ = [
 
 NUM_PIXELS = 64
 NUM_CLASSES = 10
+NUM_TRAIN_IMAGES = 1348
+"""Images in ``load_digits_split()``'s training split (1,797 digits, a quarter held out)."""
 STD_EPS = 1e-5
 """Added to each image's standard deviation before dividing by it."""
 
@@ -103,10 +105,10 @@ class CapstoneTask:
     seed: int = 0
 
     def __post_init__(self) -> None:
-        available = len(_digits_pixels()[1])
-        if not 1 <= self.batch_size <= self.num_samples <= available:
+        if not 1 <= self.batch_size <= self.num_samples <= NUM_TRAIN_IMAGES:
             raise ValueError(
-                f"need 1 <= batch_size <= num_samples <= {available}, got {self.batch_size} and {self.num_samples}"
+                f"need 1 <= batch_size <= num_samples <= {NUM_TRAIN_IMAGES}, "
+                f"got {self.batch_size} and {self.num_samples}"
             )
         if self.epochs < 1 or self.hidden < 1:
             raise ValueError(f"need epochs >= 1 and hidden >= 1, got {self.epochs} and {self.hidden}")
@@ -120,11 +122,6 @@ class CapstoneTask:
         """The training images as stored, ``(num_samples, 64)`` uint8 in 0..16, and their int64 labels."""
         pixels, labels, _, _ = _digits_pixels()
         return pixels[: self.num_samples].clone(), labels[: self.num_samples].clone()
-
-    def test_data(self) -> tuple[torch.Tensor, torch.Tensor]:
-        """The 449 held-out images (uint8 pixels) and labels, for measuring accuracy."""
-        _, _, pixels, labels = _digits_pixels()
-        return pixels.clone(), labels.clone()
 
     def batch_order(self) -> torch.Tensor:
         """Sample indices of every step, ``(steps, batch_size)`` int64, fixed by ``seed``."""
@@ -251,7 +248,7 @@ def evaluate(model: nn.Module, task: CapstoneTask) -> tuple[float, float]:
     The weights are copied into a fresh ``CapstoneNet`` (fused GELU), so every model is
     measured the same way, whatever device, dtype or wrapper it was trained with.
     """
-    state = {name: value.detach().float().cpu() for name, value in _unwrap(model).state_dict().items()}
+    state = {name: value.detach().float().cpu() for name, value in _unwrap(model).named_parameters()}
     probe = CapstoneNet(task.hidden, fused_gelu=True)
     probe.load_state_dict(state)
     X, y, X_test, y_test = _standardized(task.num_samples)
@@ -315,8 +312,8 @@ def check_same_training(
     of the reference's; a trained model whose training loss and test accuracy are within
     ``FINAL_LOSS_TOLERANCE`` and ``TEST_ACCURACY_TOLERANCE`` of the reference's. The
     tolerances admit what does not change the training (bf16 autocast, TF32, summation
-    order, fused kernels) and reject a different number of steps, other batches, another
-    learning rate or a missing step.
+    order, fused kernels) and reject a different number of steps, other batches, a missing
+    step or a clearly different learning rate.
     """
     ref_model, ref_losses = reference
     losses = _check_result(result, task, ref_model, who)
