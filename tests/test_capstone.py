@@ -228,15 +228,27 @@ def test_measuring_stops_only_when_the_tier_of_the_median_is_certain(ratios, dec
             assert capstone._tier(full[2], thresholds) == tier
 
 
-def sleepy(seconds, log, name, results):
-    """A training function that takes `seconds` and returns the (precomputed) right result."""
+def recording(name, log, results):
+    """A training function that logs its call and returns the (precomputed) right result."""
 
     def train(task, device):
         log.append((name, task.seed))
-        time.sleep(seconds)
         return results[task.seed]
 
+    train.__name__ = name
     return train
+
+
+@pytest.fixture
+def scripted_clock(monkeypatch):
+    """Replace the timer: each function's run "takes" the seconds given by its name."""
+    seconds = {}
+
+    def timed(train, task, device):
+        return seconds[train.__name__], train(task, device)
+
+    monkeypatch.setattr(capstone, "_timed", timed)
+    return seconds
 
 
 @pytest.fixture(scope="module")
@@ -244,34 +256,44 @@ def small_results():
     return {seed: slow_train(replace(SMALL, seed=seed)) for seed in range(1, 6)}
 
 
-def test_measure_speedup_pairs_rounds_with_fresh_seeds_and_alternating_order(small_results):
+def test_measure_speedup_pairs_rounds_with_fresh_seeds_and_alternating_order(small_results, scripted_clock):
+    scripted_clock.update(base=1.0, fast=0.25)
     log = []
-    speedup = measure_speedup(
-        sleepy(0.004, log, "fast", small_results),
-        SMALL,
-        rounds=4,
-        baseline=sleepy(0.02, log, "base", small_results),
-    )
-    assert len(speedup.ratios) == 4
+    fast, base = recording("fast", log, small_results), recording("base", log, small_results)
+    speedup = measure_speedup(fast, SMALL, rounds=4, baseline=base)
     assert log == [
         ("base", 1), ("fast", 1), ("fast", 2), ("base", 2), ("base", 3), ("fast", 3), ("fast", 4), ("base", 4)
     ]  # fmt: skip
-    assert all(r > 1 for r in speedup.ratios) and speedup.ratio == pytest.approx(sorted(speedup.ratios)[1:3][0], rel=1)
-    assert "median of 4 rounds" in str(speedup)
+    assert speedup.ratios == (4.0,) * 4 and speedup.ratio == 4.0
+    assert "speedup 4.0x (median of 4 rounds" in str(speedup)
 
 
-def test_measure_speedup_stops_early_once_decided(small_results):
-    log = []
+@pytest.mark.parametrize(("fast_seconds", "rounds_run"), [(1.0, 3), (0.1, 3)])
+def test_measure_speedup_stops_early_once_decided(small_results, scripted_clock, fast_seconds, rounds_run):
+    scripted_clock.update(base=1.0, fast=fast_seconds)
     thresholds = tuple(threshold for threshold, _ in SPEED_TIERS)
-    same = sleepy(0.005, log, "x", small_results)
-    speedup = measure_speedup(same, SMALL, rounds=5, thresholds=thresholds, baseline=same)
-    assert len(speedup.ratios) == 3  # all about 1: below the first tier after 3 of 5 rounds
+    fast, base = recording("fast", [], small_results), recording("base", [], small_results)
+    speedup = measure_speedup(fast, SMALL, rounds=5, thresholds=thresholds, baseline=base)
+    assert len(speedup.ratios) == rounds_run  # 3 of 5 rounds in one tier decide the median
+    assert len(measure_speedup(fast, SMALL, rounds=5, baseline=base).ratios) == 5  # no thresholds: all rounds
 
 
-def test_measure_speedup_catches_a_run_that_reuses_an_earlier_result(small_results):
+def test_measure_speedup_catches_a_run_that_reuses_an_earlier_result(small_results, scripted_clock):
+    scripted_clock.update(base=1.0, cheat=0.01)
     first = small_results[1]
+
+    def cheat(task, device):
+        return first
+
     with pytest.raises(AssertionError, match="round 2"):
-        measure_speedup(lambda task, device: first, SMALL, rounds=3, baseline=sleepy(0, [], "b", small_results))
+        measure_speedup(cheat, SMALL, rounds=3, baseline=recording("base", [], small_results))
+
+
+def test_timed_synchronises_and_measures_wall_time(monkeypatch):
+    syncs = []
+    monkeypatch.setattr(capstone, "synchronize", lambda device: syncs.append(device))
+    seconds, result = capstone._timed(lambda task, device: time.sleep(0.01) or "done", SMALL, torch.device("cpu"))
+    assert result == "done" and seconds >= 0.01 and len(syncs) == 2  # before both clock reads
 
 
 def test_speedup_is_the_median_of_per_round_ratios():
