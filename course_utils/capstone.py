@@ -438,7 +438,7 @@ def measure_speedup(
     return Speedup(tuple(base_times), tuple(fast_times))
 
 
-SPEED_TIERS: tuple[tuple[float, int], ...] = ((2.0, 2), (3.5, 4), (5.0, 6), (7.0, 8))
+SPEED_TIERS: tuple[tuple[float, int], ...] = ((2.0, 2), (3.0, 4), (4.0, 6), (5.0, 8))
 """``(minimum speedup, points)``, best tier that the measured speedup reaches."""
 CORRECTNESS_POINTS = 2
 MAX_POINTS = CORRECTNESS_POINTS + max(points for _, points in SPEED_TIERS)
