@@ -698,7 +698,115 @@ _WRONG_11 = [
     Wrong("11", "ex4_break_even_calls", "accepts negative times", BREAK_EVEN_NEGATIVE_TIMES, "should raise ValueError"),
 ]
 
-WRONG = _WRONG_02_04 + _WRONG_05_07 + _WRONG_08_10 + _WRONG_11
+IMAGES_GLOBAL_STATS = """
+def standardize_images(pixels):
+    x = pixels.float() / 16.0
+    return (x - x.mean()) / (x.std() + 1e-5)
+"""
+IMAGES_POPULATION_STD = """
+def standardize_images(pixels):
+    x = pixels.float() / 16.0
+    return (x - x.mean(dim=1, keepdim=True)) / (x.std(dim=1, keepdim=True, correction=0) + 1e-5)
+"""
+IMAGES_LOOP = """
+def standardize_images(pixels):
+    return torch.stack([standardize_image(p) for p in pixels])
+"""
+STEP_BODY = """
+    optimizer.zero_grad()
+    loss.backward()
+    optimizer.step()
+"""
+STEP_LOGS_ITEM = f"""
+def train_step(model, optimizer, images, labels, losses, step, amp_dtype=None):
+    loss = F.cross_entropy(model(images), labels)
+    {STEP_BODY.strip()}
+    losses[step] = loss.item()
+"""
+STEP_WRITES_ZEROS = """
+def train_step(model, optimizer, images, labels, losses, step, amp_dtype=None):
+    loss = F.cross_entropy(model(images), labels)
+    optimizer.zero_grad(set_to_none=False)
+    loss.backward()
+    optimizer.step()
+    losses[step] = loss.detach()
+"""
+STEP_PER_SAMPLE = f"""
+def train_step(model, optimizer, images, labels, losses, step, amp_dtype=None):
+    loss = sum(F.cross_entropy(model(x[None]), t[None]) for x, t in zip(images, labels)) / len(labels)
+    {STEP_BODY.strip()}
+    losses[step] = loss.detach()
+"""
+STEP_KEEPS_GRAPH = f"""
+def train_step(model, optimizer, images, labels, losses, step, amp_dtype=None):
+    loss = F.cross_entropy(model(images), labels)
+    {STEP_BODY.strip()}
+    losses[step] = loss
+"""
+STEP_IGNORES_AMP = f"""
+def train_step(model, optimizer, images, labels, losses, step, amp_dtype=None):
+    loss = F.cross_entropy(model(images), labels)
+    {STEP_BODY.strip()}
+    losses[step] = loss.detach()
+"""
+FAST_DEFAULT_LR = """
+def fast_train(task, device):
+    model = make_model(task, fused_gelu=True).to(device)
+    optimizer = torch.optim.Adam(model.parameters())  # Adam's default lr, not task.lr
+    pixels, labels = task.data()
+    images = torch.stack([standardize_image(p) for p in pixels]).to(device)
+    losses = torch.empty(task.steps, device=device)
+    for step, batch in enumerate(task.batch_order()):
+        loss = F.cross_entropy(model(images[batch]), labels.to(device)[batch])
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        losses[step] = loss.detach()
+    return model, losses
+"""
+FAST_OWN_SHUFFLE = """
+def fast_train(task, device):
+    model = make_model(task, fused_gelu=True).to(device)
+    optimizer = torch.optim.Adam(model.parameters(), lr=task.lr)
+    pixels, labels = task.data()
+    images = torch.stack([standardize_image(p) for p in pixels]).to(device)
+    order = torch.cat([torch.randperm(task.num_samples) for _ in range(task.epochs)])  # not task.batch_order()
+    losses = torch.empty(task.steps, device=device)
+    for step in range(task.steps):
+        batch = order[step * task.batch_size : (step + 1) * task.batch_size]
+        loss = F.cross_entropy(model(images[batch]), labels.to(device)[batch])
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        losses[step] = loss.detach()
+    return model, losses
+"""
+FAST_LOSS_LIST = """
+def fast_train(task, device):
+    model, losses = slow_train(task, device)
+    return model, losses.tolist()
+"""
+FAST_HARD_CODED_WIDTH = """
+def fast_train(task, device):
+    return slow_train(replace(task, hidden=128), device)
+"""
+
+_WRONG_12 = [
+    Wrong("12", "ex1_standardize_images", "one mean for all images", IMAGES_GLOBAL_STATS, "wrong values", False),
+    Wrong("12", "ex1_standardize_images", "population std", IMAGES_POPULATION_STD, "wrong values", False),
+    Wrong("12", "ex1_standardize_images", "loops over images", IMAGES_LOOP, "a loop over images"),
+    Wrong("12", "ex2_train_step", "logs with .item()", STEP_LOGS_ITEM, "values into Python", False),
+    Wrong("12", "ex2_train_step", "writes zeros", STEP_WRITES_ZEROS, "not to zeros", False),
+    Wrong("12", "ex2_train_step", "one sample at a time", STEP_PER_SAMPLE, "once per step", False),
+    Wrong("12", "ex2_train_step", "keeps the graph", STEP_KEEPS_GRAPH, r"loss\.detach\(\)", False),
+    Wrong("12", "ex2_train_step", "ignores amp_dtype", STEP_IGNORES_AMP, "amp_dtype=torch.bfloat16"),
+    Wrong("12", "ex3_fast_train", "Adam's default lr", FAST_DEFAULT_LR, "loss at step", False),
+    Wrong("12", "ex3_fast_train", "shuffles on its own", FAST_OWN_SHUFFLE, "loss at step", False),
+    Wrong("12", "ex3_fast_train", "losses as a list", FAST_LOSS_LIST, "torch.Tensor of losses", False),
+    Wrong("12", "ex3_fast_train", "hard-codes the width", FAST_HARD_CODED_WIDTH, "named and shaped"),
+]
+
+WRONG = _WRONG_02_04 + _WRONG_05_07 + _WRONG_08_10 + _WRONG_11 + _WRONG_12
 
 
 @pytest.mark.parametrize("wrong", WRONG, ids=lambda w: f"{w.notebook}-{w.grade_id}-{w.why}")
@@ -718,7 +826,7 @@ def test_a_reproducible_sampler_passes_the_visible_tests_of_exercise_3():
     run_exercise("03", "ex3_reproducible_loader", SEEDED_SAMPLER, hidden=False)
 
 
-@pytest.mark.parametrize("prefix", ["08", "09", "10", "11"])
+@pytest.mark.parametrize("prefix", ["08", "09", "10", "11", "12"])
 def test_every_exercise_has_a_wrong_answer(prefix):
     exercises = {nbgrader_meta(c)["grade_id"] for c in read(_notebook(prefix)).cells if is_solution_cell(c)}
     covered = {w.grade_id for w in WRONG if w.notebook == prefix}
