@@ -1,15 +1,18 @@
 # Two commands: `make lab` (open the course) and `make test` (run every check).
 # Both create .venv on first use and reinstall only when the pins change.
+# `make lab` serves workspace/ (the learner's copies of the student versions, ignored by git);
+# `make lab-instructor` serves notebooks/ (solutions and hidden tests).
 
 PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 PORT   ?= 8888
+WORKSPACE ?= workspace
 # Jupyter refuses to run as root unless told; containers and CI machines often are root.
 ROOT_FLAG := $(if $(filter 0,$(shell id -u)),--allow-root)
 
-.PHONY: lab test install lint release grade-benchmark gpu-check clean
+.PHONY: lab lab-instructor workspace test colab-test install lint release grade-benchmark gpu-check set-repo-url clean
 
 $(STAMP): pyproject.toml requirements.lock
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -19,13 +22,23 @@ $(STAMP): pyproject.toml requirements.lock
 
 install: $(STAMP)  ## create .venv and install the pinned environment
 
-lab: $(STAMP)  ## open JupyterLab on notebooks/
-	$(BIN)/jupyter lab --notebook-dir=notebooks --port=$(PORT) $(ROOT_FLAG) $(LAB_ARGS)
+workspace: $(STAMP)  ## create or update workspace/ from grading/release/ (never overwrites your edits)
+	$(BIN)/python -m course_utils.workspace --into $(WORKSPACE)
+
+lab: workspace  ## open JupyterLab on workspace/, the learner's lab (no instructor tools; Validate runs `course validate`)
+	PATH="$(abspath $(BIN)):$$PATH" JUPYTER_CONFIG_PATH="$(CURDIR)/jupyter/learner$${JUPYTER_CONFIG_PATH:+:$$JUPYTER_CONFIG_PATH}" \
+	  $(BIN)/jupyter lab --notebook-dir=$(WORKSPACE) --port=$(PORT) $(ROOT_FLAG) $(LAB_ARGS)
+
+lab-instructor: $(STAMP)  ## open JupyterLab on notebooks/ (solutions, hidden tests) with every nbgrader tool
+	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/jupyter lab --notebook-dir=notebooks --port=$(PORT) $(ROOT_FLAG) $(LAB_ARGS)
 
 test: $(STAMP)  ## lint, check notebooks, run unit tests and every notebook (small sizes)
 	$(BIN)/ruff check course_utils tests notebooks
 	$(BIN)/nbstripout --verify notebooks/*.ipynb
 	COURSE_QUICK=1 $(BIN)/pytest $(PYTEST_ARGS)
+
+colab-test: $(STAMP)  ## the Colab path: a fresh venv with only what Colab ships, each student notebook's setup cell, then the notebook
+	COURSE_COLAB_TEST=1 $(BIN)/pytest tests/test_colab.py $(PYTEST_ARGS)
 
 lint: $(STAMP)  ## ruff only
 	$(BIN)/ruff check course_utils tests notebooks
@@ -40,6 +53,10 @@ grade-benchmark: $(STAMP)  ## plain nbgrader vs `course autograde --jobs 2` on a
 GPU_PYTHON ?= python3
 gpu-check:  ## every notebook top to bottom at GPU sizes; executed notebooks and summary in gpu-check/
 	$(GPU_PYTHON) tests/gpu_check.py $(GPU_CHECK_ARGS)
+
+set-repo-url: $(STAMP)  ## for a fork: make set-repo-url URL=https://github.com/OWNER/NAME (rewrites every link), then commit
+	@test -n "$(URL)" || { echo "usage: make set-repo-url URL=https://github.com/OWNER/NAME"; exit 2; }
+	$(BIN)/python -m course_utils.repo_url "$(URL)"
 
 clean:  ## remove the virtual environment
 	rm -rf $(VENV)

@@ -1,7 +1,8 @@
 """Plausible wrong answers fail the exercise tests, for the reason the test names.
 
 Each case replaces one solution cell of a notebook with a wrong answer a learner might
-write, runs the notebook's setup cell, that answer and the exercise's test cell in a fresh
+write, runs the notebook's setup cell, the exercise's own code cells (the functions or data
+it asks about, as in notebook 11), that answer and the exercise's test cell in a fresh
 namespace, and expects an ``AssertionError`` whose message matches. ``hidden=False`` runs
 only the visible part of the test cell: the learner must see the failure before grading.
 The notebook's own solution passes the same harness (so a failure is the answer's fault,
@@ -35,8 +36,15 @@ def _notebook(prefix: str) -> Path:
     return path
 
 
+def _exercise_code(cells: list, index: int) -> list[str]:
+    """Plain code cells after the exercises heading (or the previous exercise) and before cell ``index``."""
+    heading = max(i for i, c in enumerate(cells[:index]) if c.cell_type == "markdown" and "## Exercises" in c.source)
+    start = max([heading] + [i for i, c in enumerate(cells[:index]) if nbgrader_meta(c)])
+    return [c.source for c in cells[start + 1 : index] if c.cell_type == "code" and not nbgrader_meta(c)]
+
+
 def run_exercise(prefix: str, grade_id: str, answer: str | None = None, *, hidden: bool = True) -> None:
-    """Setup cell, then ``answer`` (the notebook's own solution if None), then the exercise's test cell."""
+    """Setup cell, the exercise's own code cells, ``answer`` (the notebook's solution if None), its test cell."""
     cells = read(_notebook(prefix)).cells
     setup = next(c for c in cells if c.cell_type == "code")
     index = next(i for i, c in enumerate(cells) if is_solution_cell(c) and nbgrader_meta(c)["grade_id"] == grade_id)
@@ -44,7 +52,8 @@ def run_exercise(prefix: str, grade_id: str, answer: str | None = None, *, hidde
     test_source = test.source if hidden else test.source.split(HIDDEN)[0]
     namespace: dict = {"__name__": "__main__"}
     to_python = TransformerManager().transform_cell
-    for source in (setup.source, cells[index].source if answer is None else answer, test_source):
+    answer = cells[index].source if answer is None else answer
+    for source in (setup.source, *_exercise_code(cells, index), answer, test_source):
         exec(compile(to_python(source), f"<{prefix} {grade_id}>", "exec"), namespace)
 
 
@@ -600,7 +609,204 @@ _WRONG_08_10 = [
     Wrong("10", "ex4_event_stats", "microseconds", MICROSECONDS, "total milliseconds", False),
 ]
 
-WRONG = _WRONG_02_04 + _WRONG_05_07 + _WRONG_08_10
+GRAPH_BREAKS_SHAPE_IF = (
+    'GRAPH_BREAKS = {"normalise": 1, "log_and_scale": 2, "relu_if_positive": 1, "count_large": 1}'
+)
+GRAPH_BREAKS_PRINT_IGNORED = (
+    'GRAPH_BREAKS = {"normalise": 0, "log_and_scale": 1, "relu_if_positive": 1, "count_large": 1}'
+)
+GRAPH_BREAKS_NONZERO_IGNORED = (
+    'GRAPH_BREAKS = {"normalise": 0, "log_and_scale": 2, "relu_if_positive": 1, "count_large": 0}'
+)
+GRAPH_COUNTS = 'GRAPH_BREAKS = {"normalise": 1, "log_and_scale": 3, "relu_if_positive": 2, "count_large": 2}'
+CLIP_KEEPS_ITEM = """
+def clip_in_one_graph(x):
+    peak = x.abs().max().item()
+    return torch.tanh(x / max(peak, 1.0))
+"""
+CLIP_ALWAYS_DIVIDES = """
+def clip_in_one_graph(x):
+    return torch.tanh(x / x.abs().amax())
+"""
+CLIP_CLAMPS_VALUES = """
+def clip_in_one_graph(x):
+    return torch.tanh(torch.clamp(x, -1.0, 1.0))
+"""
+CLIP_WITHOUT_PRINT = """
+def clip_in_one_graph(x):
+    peak = x.abs().max().item()
+    if peak > 1.0:
+        x = x / peak
+    return torch.tanh(x)
+"""
+CLIP_CALLS_THE_ORIGINAL = """
+def clip_in_one_graph(x):
+    return clip_and_report(x)
+"""
+BREAK_EVEN_FLOOR_PLUS_ONE = """
+def break_even_calls(compile_seconds, eager_seconds, compiled_seconds):
+    if min(compile_seconds, eager_seconds, compiled_seconds) < 0:
+        raise ValueError("negative time")
+    saved = eager_seconds - compiled_seconds
+    return None if saved <= 0 else int(compile_seconds // saved) + 1
+"""
+BREAK_EVEN_INFINITY = """
+def break_even_calls(compile_seconds, eager_seconds, compiled_seconds):
+    if min(compile_seconds, eager_seconds, compiled_seconds) < 0:
+        raise ValueError("negative time")
+    saved = eager_seconds - compiled_seconds
+    return math.inf if saved <= 0 else max(1, math.ceil(compile_seconds / saved))
+"""
+BREAK_EVEN_ZERO_CALLS = """
+def break_even_calls(compile_seconds, eager_seconds, compiled_seconds):
+    if min(compile_seconds, eager_seconds, compiled_seconds) < 0:
+        raise ValueError("negative time")
+    saved = eager_seconds - compiled_seconds
+    return None if saved <= 0 else math.ceil(compile_seconds / saved)
+"""
+BREAK_EVEN_IGNORES_COMPILED = """
+def break_even_calls(compile_seconds, eager_seconds, compiled_seconds):
+    if min(compile_seconds, eager_seconds, compiled_seconds) < 0:
+        raise ValueError("negative time")
+    return None if compiled_seconds >= eager_seconds else max(1, math.ceil(compile_seconds / eager_seconds))
+"""
+BREAK_EVEN_NEGATIVE_TIMES = """
+def break_even_calls(compile_seconds, eager_seconds, compiled_seconds):
+    saved = eager_seconds - compiled_seconds
+    return None if saved <= 0 else max(1, math.ceil(compile_seconds / saved))
+"""
+CALLS_DYNAMIC_FALSE = "COMPILING_CALLS = {1, 3, 4, 5, 6, 7, 8}"
+
+_WRONG_11 = [
+    Wrong("11", "ex1_graph_breaks", "an if on a shape breaks", GRAPH_BREAKS_SHAPE_IF, r"\['normalise'\]", False),
+    Wrong("11", "ex1_graph_breaks", "counts graphs", GRAPH_COUNTS, r"\['normalise'\]", False),
+    Wrong("11", "ex1_graph_breaks", "print does not break", GRAPH_BREAKS_PRINT_IGNORED, r"'log_and_scale'\] should"),
+    Wrong("11", "ex1_graph_breaks", "nonzero does not break", GRAPH_BREAKS_NONZERO_IGNORED, r"'count_large'\] should"),
+    Wrong("11", "ex2_clip_in_one_graph", "keeps .item()", CLIP_KEEPS_ITEM, "explain reports", False),
+    Wrong("11", "ex2_clip_in_one_graph", "only drops the print", CLIP_WITHOUT_PRINT, "explain reports", False),
+    Wrong("11", "ex2_clip_in_one_graph", "calls the original", CLIP_CALLS_THE_ORIGINAL, "explain reports", False),
+    Wrong("11", "ex2_clip_in_one_graph", "always divides", CLIP_ALWAYS_DIVIDES, "peak is below 1", False),
+    Wrong("11", "ex2_clip_in_one_graph", "clamps the values", CLIP_CLAMPS_VALUES, "peak is 2", False),
+    Wrong("11", "ex3_compiling_calls", "every new shape compiles", CALLS_DYNAMIC_FALSE, "COMPILING_CALLS should be"),
+    Wrong("11", "ex3_compiling_calls", "requires_grad unguarded", "COMPILING_CALLS = {1, 3, 5, 7, 8}", "should be"),
+    Wrong("11", "ex3_compiling_calls", "no size-1 graph", "COMPILING_CALLS = {1, 3, 5, 6, 8}", "should be"),
+    Wrong("11", "ex3_compiling_calls", "dynamic from the start", "COMPILING_CALLS = {1, 5, 6, 7}", "should be"),
+    Wrong("11", "ex4_break_even_calls", "floor plus one", BREAK_EVEN_FLOOR_PLUS_ONE, "even counts", False),
+    Wrong("11", "ex4_break_even_calls", "ignores compiled time", BREAK_EVEN_IGNORES_COMPILED, "even counts", False),
+    Wrong("11", "ex4_break_even_calls", "infinity for no gain", BREAK_EVEN_INFINITY, "return None", False),
+    Wrong("11", "ex4_break_even_calls", "zero calls", BREAK_EVEN_ZERO_CALLS, "at least one call"),
+    Wrong("11", "ex4_break_even_calls", "accepts negative times", BREAK_EVEN_NEGATIVE_TIMES, "should raise ValueError"),
+]
+
+IMAGES_GLOBAL_STATS = """
+def standardize_images(pixels):
+    x = pixels.float() / 16.0
+    return (x - x.mean()) / (x.std() + 1e-5)
+"""
+IMAGES_POPULATION_STD = """
+def standardize_images(pixels):
+    x = pixels.float() / 16.0
+    return (x - x.mean(dim=1, keepdim=True)) / (x.std(dim=1, keepdim=True, correction=0) + 1e-5)
+"""
+IMAGES_LOOP = """
+def standardize_images(pixels):
+    return torch.stack([standardize_image(p) for p in pixels])
+"""
+STEP_BODY = """
+    optimizer.zero_grad()
+    loss.backward()
+    optimizer.step()
+"""
+STEP_LOGS_ITEM = f"""
+def train_step(model, optimizer, images, labels, losses, step, amp_dtype=None):
+    loss = F.cross_entropy(model(images), labels)
+    {STEP_BODY.strip()}
+    losses[step] = loss.item()
+"""
+STEP_WRITES_ZEROS = """
+def train_step(model, optimizer, images, labels, losses, step, amp_dtype=None):
+    loss = F.cross_entropy(model(images), labels)
+    optimizer.zero_grad(set_to_none=False)
+    loss.backward()
+    optimizer.step()
+    losses[step] = loss.detach()
+"""
+STEP_PER_SAMPLE = f"""
+def train_step(model, optimizer, images, labels, losses, step, amp_dtype=None):
+    loss = sum(F.cross_entropy(model(x[None]), t[None]) for x, t in zip(images, labels)) / len(labels)
+    {STEP_BODY.strip()}
+    losses[step] = loss.detach()
+"""
+STEP_KEEPS_GRAPH = f"""
+def train_step(model, optimizer, images, labels, losses, step, amp_dtype=None):
+    loss = F.cross_entropy(model(images), labels)
+    {STEP_BODY.strip()}
+    losses[step] = loss
+"""
+STEP_IGNORES_AMP = f"""
+def train_step(model, optimizer, images, labels, losses, step, amp_dtype=None):
+    loss = F.cross_entropy(model(images), labels)
+    {STEP_BODY.strip()}
+    losses[step] = loss.detach()
+"""
+FAST_DEFAULT_LR = """
+def fast_train(task, device):
+    model = make_model(task, fused_gelu=True).to(device)
+    optimizer = torch.optim.Adam(model.parameters())  # Adam's default lr, not task.lr
+    pixels, labels = task.data()
+    images = torch.stack([standardize_image(p) for p in pixels]).to(device)
+    losses = torch.empty(task.steps, device=device)
+    for step, batch in enumerate(task.batch_order()):
+        loss = F.cross_entropy(model(images[batch]), labels.to(device)[batch])
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        losses[step] = loss.detach()
+    return model, losses
+"""
+FAST_OWN_SHUFFLE = """
+def fast_train(task, device):
+    model = make_model(task, fused_gelu=True).to(device)
+    optimizer = torch.optim.Adam(model.parameters(), lr=task.lr)
+    pixels, labels = task.data()
+    images = torch.stack([standardize_image(p) for p in pixels]).to(device)
+    order = torch.cat([torch.randperm(task.num_samples) for _ in range(task.epochs)])  # not task.batch_order()
+    losses = torch.empty(task.steps, device=device)
+    for step in range(task.steps):
+        batch = order[step * task.batch_size : (step + 1) * task.batch_size]
+        loss = F.cross_entropy(model(images[batch]), labels.to(device)[batch])
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        losses[step] = loss.detach()
+    return model, losses
+"""
+FAST_LOSS_LIST = """
+def fast_train(task, device):
+    model, losses = slow_train(task, device)
+    return model, losses.tolist()
+"""
+FAST_HARD_CODED_WIDTH = """
+def fast_train(task, device):
+    return slow_train(replace(task, hidden=128), device)
+"""
+
+_WRONG_12 = [
+    Wrong("12", "ex1_standardize_images", "one mean for all images", IMAGES_GLOBAL_STATS, "wrong values", False),
+    Wrong("12", "ex1_standardize_images", "population std", IMAGES_POPULATION_STD, "wrong values", False),
+    Wrong("12", "ex1_standardize_images", "loops over images", IMAGES_LOOP, "a loop over images"),
+    Wrong("12", "ex2_train_step", "logs with .item()", STEP_LOGS_ITEM, "values into Python", False),
+    Wrong("12", "ex2_train_step", "writes zeros", STEP_WRITES_ZEROS, "not to zeros", False),
+    Wrong("12", "ex2_train_step", "one sample at a time", STEP_PER_SAMPLE, "once per step", False),
+    Wrong("12", "ex2_train_step", "keeps the graph", STEP_KEEPS_GRAPH, r"loss\.detach\(\)", False),
+    Wrong("12", "ex2_train_step", "ignores amp_dtype", STEP_IGNORES_AMP, "amp_dtype=torch.bfloat16"),
+    Wrong("12", "ex3_fast_train", "Adam's default lr", FAST_DEFAULT_LR, "loss at step", False),
+    Wrong("12", "ex3_fast_train", "shuffles on its own", FAST_OWN_SHUFFLE, "loss at step", False),
+    Wrong("12", "ex3_fast_train", "losses as a list", FAST_LOSS_LIST, "torch.Tensor of losses", False),
+    Wrong("12", "ex3_fast_train", "hard-codes the width", FAST_HARD_CODED_WIDTH, "named and shaped"),
+]
+
+WRONG = _WRONG_02_04 + _WRONG_05_07 + _WRONG_08_10 + _WRONG_11 + _WRONG_12
 
 
 @pytest.mark.parametrize("wrong", WRONG, ids=lambda w: f"{w.notebook}-{w.grade_id}-{w.why}")
@@ -620,7 +826,7 @@ def test_a_reproducible_sampler_passes_the_visible_tests_of_exercise_3():
     run_exercise("03", "ex3_reproducible_loader", SEEDED_SAMPLER, hidden=False)
 
 
-@pytest.mark.parametrize("prefix", ["08", "09", "10"])
+@pytest.mark.parametrize("prefix", ["08", "09", "10", "11", "12"])
 def test_every_exercise_has_a_wrong_answer(prefix):
     exercises = {nbgrader_meta(c)["grade_id"] for c in read(_notebook(prefix)).cells if is_solution_cell(c)}
     covered = {w.grade_id for w in WRONG if w.notebook == prefix}

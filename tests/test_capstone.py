@@ -1,0 +1,448 @@
+"""course_utils.capstone: the task, the slow loop, the correctness check, the timing and the counters.
+
+A fast implementation written here (independently of the notebook's solution) is the
+"good submission"; the wrong ones are the mistakes a learner plausibly makes. No test
+asserts a speedup: timing is tested with functions whose speed is fixed by ``time.sleep``.
+"""
+
+from __future__ import annotations
+
+import time
+import warnings
+from dataclasses import replace
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch.nn.modules import module as module_hooks
+from torch.optim import optimizer as optimizer_hooks
+
+from course_utils import capstone
+from course_utils.capstone import (
+    CORRECTNESS_POINTS,
+    FINAL_LOSS_TOLERANCE,
+    GRADED_TASK,
+    MAX_POINTS,
+    SPEED_TIERS,
+    STEP_LOSS_TOLERANCE,
+    TEST_ACCURACY_TOLERANCE,
+    CapstoneGrade,
+    CapstoneNet,
+    CapstoneTask,
+    Diagnosis,
+    DigitsPixels,
+    Speedup,
+    check_same_training,
+    diagnose,
+    evaluate,
+    gelu_by_hand,
+    grade_fast_train,
+    make_model,
+    measure_speedup,
+    slow_train,
+    speed_points,
+    standardize_image,
+)
+
+ORIGINAL_GETITEM = DigitsPixels.__getitem__
+SMALL = CapstoneTask(num_samples=64, epochs=2, batch_size=16, hidden=32)
+"""8 steps: cheap enough to train many times."""
+
+
+def fast_train(task, device, *, amp_dtype=None, lr_scale=1.0, order_task=None, fused=True, read_losses=False):
+    """A fast, correct implementation (and, through its options, some wrong ones)."""
+    device = torch.device(device)
+    model = make_model(task, fused_gelu=True).to(device)
+    optimizer = torch.optim.Adam(model.parameters(), lr=task.lr * lr_scale, fused=fused)
+    pixels, labels = task.data()
+    x = pixels.float() / 16
+    images = ((x - x.mean(1, keepdim=True)) / (x.std(1, keepdim=True) + capstone.STD_EPS)).to(device)
+    labels = labels.to(device)
+    losses = torch.empty(task.steps, device=device)
+    for step, batch in enumerate((order_task or task).batch_order().to(device)):
+        with torch.autocast(device.type, dtype=amp_dtype or torch.bfloat16, enabled=amp_dtype is not None):
+            loss = F.cross_entropy(model(images[batch]), labels[batch])
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        losses[step] = loss.detach()
+        if read_losses:
+            print(f"{loss.item():.3f}", end=" ")
+    return model, losses
+
+
+@pytest.fixture(scope="module")
+def small_reference():
+    return slow_train(SMALL)
+
+
+# ----------------------------------------------------------------------------- the task
+
+
+def test_task_batch_order_is_a_fixed_shuffle_per_epoch():
+    task = CapstoneTask(num_samples=70, epochs=3, batch_size=16, seed=4)
+    order = task.batch_order()
+    assert task.steps == 3 * 4 and order.shape == (12, 16) and order.dtype == torch.int64
+    for epoch in order.view(3, 64):  # 70 // 16 = 4 batches: 6 samples dropped per epoch
+        assert len(set(epoch.tolist())) == 64 and int(epoch.min()) >= 0 and int(epoch.max()) < 70
+    assert torch.equal(order, task.batch_order())
+    assert not torch.equal(order, replace(task, seed=5).batch_order())
+    assert not torch.equal(order[:4], order[4:8])  # each epoch has its own order
+
+
+def test_task_data_is_stored_pixels_and_copies():
+    pixels, labels = GRADED_TASK.data()
+    assert pixels.shape == (GRADED_TASK.num_samples, 64) and pixels.dtype == torch.uint8
+    assert int(pixels.max()) == 16 and labels.dtype == torch.int64 and set(labels.tolist()) == set(range(10))
+    pixels[0] = 0  # the learner may write into what they get: the task is unchanged
+    assert int(GRADED_TASK.data()[0][0].sum()) > 0
+    assert len(capstone._digits_pixels()[1]) == capstone.NUM_TRAIN_IMAGES
+    assert len(capstone._digits_pixels()[3]) == 449  # a quarter of 1,797, for the test accuracy
+
+
+@pytest.mark.parametrize(
+    "options", [dict(batch_size=0), dict(num_samples=10, batch_size=16), dict(num_samples=5000), dict(epochs=0)]
+)
+def test_task_rejects_impossible_sizes(options):
+    with pytest.raises(ValueError, match="need"):
+        CapstoneTask(**options)
+
+
+def test_standardize_image_and_dataset():
+    pixels, labels = SMALL.data()
+    image = standardize_image(pixels[3])
+    assert image.dtype == torch.float32 and image.shape == (64,)
+    assert abs(float(image.mean())) < 1e-5 and abs(float(image.std()) - 1) < 1e-3
+    dataset = DigitsPixels(pixels, labels)
+    assert len(dataset) == SMALL.num_samples
+    x, y = dataset[3]
+    assert torch.equal(x, image) and int(y) == int(labels[3])
+
+
+def test_model_is_seeded_without_touching_the_global_generator():
+    torch.manual_seed(123)
+    before = torch.rand(1)
+    torch.manual_seed(123)
+    a, b = make_model(SMALL), make_model(SMALL, fused_gelu=True)
+    assert torch.rand(1).item() == before.item()  # the global RNG did not move
+    for p, q in zip(a.parameters(), b.parameters(), strict=True):
+        assert torch.equal(p, q)
+    assert not torch.equal(make_model(replace(SMALL, seed=1)).fc1.weight, a.fc1.weight)
+    x = torch.randn(5, 64)
+    torch.testing.assert_close(a(x), b(x))  # the hand-written GELU computes the fused one
+    torch.testing.assert_close(gelu_by_hand(x), F.gelu(x, approximate="tanh"))
+
+
+# ----------------------------------------------------------------------------- the slow loop
+
+
+def test_slow_train_learns_and_matches_an_independent_fast_loop(small_reference):
+    model, losses = small_reference
+    assert isinstance(model, CapstoneNet) and losses.shape == (SMALL.steps,)
+    task = GRADED_TASK
+    slow = slow_train(task)
+    assert float(slow[1][-4:].mean()) < 0.5 * float(slow[1][:4].mean())
+    loss, accuracy = evaluate(slow[0], task)
+    assert accuracy > 0.7 and loss < 1.0
+    agreement = check_same_training(fast_train(task, "cpu"), slow, task)
+    assert agreement.max_step_loss_diff < 1e-4  # float32 both: only summation order differs
+
+
+# ----------------------------------------------------------------------------- correctness
+
+
+@pytest.mark.parametrize("seed", range(3))
+@pytest.mark.parametrize("amp_dtype", [torch.bfloat16, torch.float16])
+def test_mixed_precision_is_the_same_training(amp_dtype, seed):
+    """Autocast changes the numerics, not the training: well inside every tolerance."""
+    task = replace(GRADED_TASK, seed=seed)
+    agreement = check_same_training(fast_train(task, "cpu", amp_dtype=amp_dtype), slow_train(task), task)
+    assert agreement.max_step_loss_diff < STEP_LOSS_TOLERANCE / 2
+    assert abs(agreement.train_loss[1] - agreement.train_loss[0]) < FINAL_LOSS_TOLERANCE / 2
+    assert abs(agreement.test_accuracy[1] - agreement.test_accuracy[0]) < TEST_ACCURACY_TOLERANCE
+
+
+def test_for_loop_optimizer_is_the_same_training(small_reference):
+    check_same_training(fast_train(SMALL, "cpu", fused=False), small_reference, SMALL)
+
+
+@pytest.mark.parametrize(
+    ("wrong", "message"),
+    [
+        (lambda t, d: fast_train(t, d, lr_scale=0.8), "loss at step"),
+        (lambda t, d: fast_train(t, d, order_task=replace(t, seed=t.seed + 100)), "loss at step"),
+        (lambda t, d: fast_train(replace(t, epochs=1), d), r"shape \(8,\)"),
+        (lambda t, d: fast_train(replace(t, hidden=48), d), "named and shaped"),
+        (lambda t, d: fast_train(t, d)[0], "tuple"),
+        (lambda t, d: (fast_train(t, d)[1], fast_train(t, d)[0]), "nn.Module"),
+        (lambda t, d: (fast_train(t, d)[0], fast_train(t, d)[1].tolist()), "torch.Tensor"),
+        (lambda t, d: (fast_train(t, d)[0], fast_train(t, d)[1] * float("nan")), "not finite"),
+        (lambda t, d: (make_model(t), slow_train(t)[1]), "training loss"),  # right curve, untrained model
+    ],
+)
+def test_wrong_trainings_fail_with_a_reason(wrong, message, small_reference):
+    with pytest.raises(AssertionError, match=message):
+        check_same_training(wrong(SMALL, torch.device("cpu")), small_reference, SMALL)
+
+
+def test_compiled_wrapper_is_unwrapped(small_reference):
+    class Wrapper(torch.nn.Module):  # stands in for torch.compile's OptimizedModule
+        def __init__(self, inner):
+            super().__init__()
+            self._orig_mod = inner
+
+    model, losses = fast_train(SMALL, "cpu")
+    check_same_training((Wrapper(model), losses), small_reference, SMALL)
+
+
+# ----------------------------------------------------------------------------- speed
+
+
+def test_speed_points_follow_the_tiers():
+    assert speed_points(0.5) == 0 and speed_points(SPEED_TIERS[0][0] - 1e-9) == 0
+    for threshold, points in SPEED_TIERS:
+        assert speed_points(threshold) == points
+    assert speed_points(1e6) == max(points for _, points in SPEED_TIERS) == MAX_POINTS - CORRECTNESS_POINTS
+    thresholds = [threshold for threshold, _ in SPEED_TIERS]
+    assert thresholds == sorted(thresholds) and thresholds[0] > 1.5  # the baseline (about 1x) scores none
+
+
+@pytest.mark.parametrize(
+    ("ratios", "decided"),
+    [
+        ([1.0, 1.1, 0.9], True),  # 3 of 5 below the first tier: the median is too
+        ([1.0, 1.1], False),
+        ([8.0, 9.0, 30.0], True),  # 3 of 5 in the top tier
+        ([2.5, 3.0, 4.0], False),  # 2 in one tier, 1 in the next
+        ([1.0, 8.0, 1.1, 8.5], False),
+        ([1.0, 8.0, 1.1, 8.5, 9.0], True),
+    ],
+)
+def test_measuring_stops_only_when_the_tier_of_the_median_is_certain(ratios, decided):
+    thresholds = sorted(threshold for threshold, _ in SPEED_TIERS)
+    assert capstone._decided(ratios, 5, thresholds) is decided
+    if decided:  # whatever the remaining rounds measure, the median lands in the same tier
+        tier = capstone._tier(sorted(ratios)[len(ratios) // 2], thresholds)
+        for rest in ([0.1] * (5 - len(ratios)), [100.0] * (5 - len(ratios))):
+            full = sorted(ratios + rest)
+            assert capstone._tier(full[2], thresholds) == tier
+
+
+def recording(name, log, results):
+    """A training function that logs its call and returns the (precomputed) right result."""
+
+    def train(task, device):
+        log.append((name, task.seed))
+        return results[task.seed]
+
+    train.__name__ = name
+    return train
+
+
+@pytest.fixture
+def scripted_clock(monkeypatch):
+    """Replace the timer: each function's run "takes" the seconds given by its name."""
+    seconds = {}
+
+    def timed(train, task, device):
+        return seconds[train.__name__], train(task, device)
+
+    monkeypatch.setattr(capstone, "_timed", timed)
+    return seconds
+
+
+@pytest.fixture(scope="module")
+def small_results():
+    return {seed: slow_train(replace(SMALL, seed=seed)) for seed in range(1, 6)}
+
+
+def test_measure_speedup_pairs_rounds_with_fresh_seeds_and_alternating_order(small_results, scripted_clock):
+    scripted_clock.update(base=1.0, fast=0.25)
+    log = []
+    fast, base = recording("fast", log, small_results), recording("base", log, small_results)
+    speedup = measure_speedup(fast, SMALL, rounds=4, baseline=base)
+    assert log == [
+        ("base", 1), ("fast", 1), ("fast", 2), ("base", 2), ("base", 3), ("fast", 3), ("fast", 4), ("base", 4)
+    ]  # fmt: skip
+    assert speedup.ratios == (4.0,) * 4 and speedup.ratio == 4.0
+    assert "speedup 4.0x (median of 4 rounds" in str(speedup)
+
+
+@pytest.mark.parametrize(("fast_seconds", "rounds_run"), [(1.0, 3), (0.1, 3)])
+def test_measure_speedup_stops_early_once_decided(small_results, scripted_clock, fast_seconds, rounds_run):
+    scripted_clock.update(base=1.0, fast=fast_seconds)
+    thresholds = tuple(threshold for threshold, _ in SPEED_TIERS)
+    fast, base = recording("fast", [], small_results), recording("base", [], small_results)
+    speedup = measure_speedup(fast, SMALL, rounds=5, thresholds=thresholds, baseline=base)
+    assert len(speedup.ratios) == rounds_run  # 3 of 5 rounds in one tier decide the median
+    assert len(measure_speedup(fast, SMALL, rounds=5, baseline=base).ratios) == 5  # no thresholds: all rounds
+
+
+def test_measure_speedup_catches_a_run_that_reuses_an_earlier_result(small_results, scripted_clock):
+    scripted_clock.update(base=1.0, cheat=0.01)
+    first = small_results[1]
+
+    def cheat(task, device):
+        return first
+
+    with pytest.raises(AssertionError, match="round 2"):
+        measure_speedup(cheat, SMALL, rounds=3, baseline=recording("base", [], small_results))
+
+
+def test_timed_synchronises_and_measures_wall_time(monkeypatch):
+    syncs = []
+    monkeypatch.setattr(capstone, "synchronize", lambda device: syncs.append(device))
+    seconds, result = capstone._timed(lambda task, device: time.sleep(0.01) or "done", SMALL, torch.device("cpu"))
+    assert result == "done" and seconds >= 0.01 and len(syncs) == 2  # before both clock reads
+
+
+def test_speedup_is_the_median_of_per_round_ratios():
+    speedup = Speedup(baseline_seconds=(1.0, 1.0, 2.0), fast_seconds=(0.1, 0.5, 0.2))
+    assert speedup.ratios == (10.0, 2.0, 10.0) and speedup.ratio == 10.0
+
+
+# ----------------------------------------------------------------------------- diagnosis
+
+
+def no_hooks_left():
+    return (
+        not module_hooks._global_forward_pre_hooks
+        and not optimizer_hooks._global_optimizer_post_hooks
+        and DigitsPixels.__getitem__ is ORIGINAL_GETITEM
+    )
+
+
+def test_diagnose_names_every_mistake_of_the_slow_loop():
+    found = diagnose(slow_train, SMALL)
+    assert found.optimizer_steps == SMALL.steps
+    assert found.first_layer_calls == SMALL.steps * SMALL.batch_size
+    assert found.items_fetched == SMALL.steps * SMALL.batch_size
+    assert found.backward_into_existing_grads == SMALL.steps
+    assert found.host_syncs == SMALL.steps + 1  # loss.item() per step, order.tolist() once
+    assert found.optimizer_implementation == "for-loop" and not found.autocast_used
+    text = "\n".join(found.mistakes())
+    for words in ("per-sample loop", "one image at a time", "host syncs", "writing zeros", "GELU", "one parameter"):
+        assert words in text
+    assert no_hooks_left()
+
+
+def test_diagnose_finds_nothing_in_a_fast_loop():
+    found = diagnose(fast_train, SMALL)
+    assert found.mistakes() == [] and found.first_layer_calls == SMALL.steps
+    assert found.host_syncs == 0 and found.optimizer_implementation == "fused"
+    assert "8 optimizer steps" in found.summary()
+    assert no_hooks_left()
+
+
+def test_diagnose_counts_reads_in_your_code_not_inside_torch(capsys):
+    printing = diagnose(lambda t, d: fast_train(t, d, read_losses=True), SMALL)
+    assert printing.host_syncs == SMALL.steps  # one .item() per step, in this file
+    for_loop = diagnose(lambda t, d: fast_train(t, d, fused=False), SMALL)
+    assert for_loop.host_syncs == 0  # Adam's for-loop reads its CPU step counters: not yours
+    assert for_loop.optimizer_implementation == "for-loop"
+    assert any("one parameter at a time" in m for m in for_loop.mistakes())
+    with_autocast = diagnose(lambda t, d: fast_train(t, d, amp_dtype=torch.bfloat16), SMALL)
+    assert with_autocast.autocast_used
+
+
+def test_diagnose_sees_gradients_zeroed_in_place():
+    def zeroing(task, device):
+        model = make_model(task, fused_gelu=True)
+        optimizer = torch.optim.Adam(model.parameters(), lr=task.lr, fused=True)
+        images = torch.stack([standardize_image(p) for p in task.data()[0]])
+        for batch in task.batch_order():
+            optimizer.zero_grad(set_to_none=False)
+            F.cross_entropy(model(images[batch]), task.data()[1][batch]).backward()
+            optimizer.step()
+        return model, torch.zeros(task.steps)
+
+    found = diagnose(zeroing, SMALL)
+    assert found.backward_into_existing_grads == SMALL.steps - 1  # the first backward finds None
+    assert any("writing zeros" in m for m in found.mistakes())
+
+
+def test_diagnose_removes_its_counters_when_training_fails():
+    def broken(task, device):
+        slow_train(replace(task, num_samples=16, epochs=1))
+        raise RuntimeError("boom")
+
+    with pytest.raises(RuntimeError, match="boom"):
+        diagnose(broken, SMALL)
+    assert no_hooks_left()
+
+
+def test_on_cuda_host_syncs_come_from_the_sync_debug_mode(monkeypatch):
+    """The CUDA branch without a GPU: the debug mode is switched on and off, its warnings counted."""
+    modes = []
+    monkeypatch.setattr(torch.cuda, "set_sync_debug_mode", modes.append)
+    diagnosis = Diagnosis(device_type="cuda")
+    with capstone._counting(diagnosis, torch.device("cuda")):
+        for _ in range(3):
+            warnings.warn("called a synchronizing CUDA operation", UserWarning, stacklevel=1)
+        warnings.warn("something else", UserWarning, stacklevel=1)
+        torch.ones(2).sum().item()  # a read on the CPU: not what is counted on CUDA
+    assert modes == ["warn", "default"]
+    assert diagnosis.host_syncs == 3
+    assert no_hooks_left()
+
+
+def test_autocast_is_a_note_only_where_bf16_tensor_cores_exist():
+    base = dict(optimizer_steps=4, first_layer_calls=4, optimizer_implementation="fused")
+    assert Diagnosis(device_type="cpu", **base).notes() == []
+    assert Diagnosis(device_type="cuda", **base).notes() == []  # a T4, say
+    ampere = Diagnosis(device_type="cuda", bf16_tensor_cores=True, **base)
+    assert ampere.mistakes() == [] and len(ampere.notes()) == 1 and "autocast" in ampere.notes()[0]
+    assert Diagnosis(device_type="cuda", bf16_tensor_cores=True, autocast_used=True, **base).notes() == []
+    assert "no torch.optim optimizer step" in Diagnosis(device_type="cpu").mistakes()[0]
+
+
+# ----------------------------------------------------------------------------- the grade
+
+
+def test_grade_reports_correctness_speed_and_mistakes():
+    grade = CapstoneGrade(
+        agreement=capstone.Agreement(0.01, (0.3, 0.31), (0.85, 0.86)),
+        speedup=Speedup((1.0, 1.0, 1.0), (0.5, 0.25, 0.2)),
+        diagnosis=Diagnosis(
+            device_type="cpu", optimizer_steps=2, first_layer_calls=64, optimizer_implementation="fused"
+        ),
+        device_type="cpu",
+    )
+    assert grade.points == CORRECTNESS_POINTS + speed_points(4.0)
+    text = str(grade)
+    assert "speedup 4.0x" in text and "per-sample loop" in text and f"points: {grade.points} of {MAX_POINTS}" in text
+
+
+def test_grade_fast_train_checks_correctness_before_timing():
+    calls = []
+
+    def wrong(task, device):
+        calls.append(task.seed)
+        return fast_train(task, device, lr_scale=0.5)
+
+    with pytest.raises(AssertionError, match="loss at step"):
+        grade_fast_train(wrong, task=SMALL)
+    assert calls == [SMALL.seed]  # failed on the first run, nothing timed
+
+
+def test_grade_fast_train_end_to_end():
+    grade = grade_fast_train(fast_train, task=SMALL, rounds=3)
+    assert CORRECTNESS_POINTS <= grade.points <= MAX_POINTS
+    assert 1 <= len(grade.speedup.ratios) <= 3 and grade.diagnosis.mistakes() == []
+    assert "mistakes left: none found" in str(grade)
+
+
+def test_the_notebook_states_the_grading_constants():
+    """Notebook 12 writes the tolerances and tiers into its prose: they must be these."""
+    import json
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "notebooks" / "12_make_this_training_loop_fast.ipynb"
+    cells = json.loads(path.read_text())["cells"]
+    prose = "\n".join("".join(c["source"]) for c in cells if c["cell_type"] == "markdown")
+    assert f"each within {STEP_LOSS_TOLERANCE:g} of the baseline's" in prose
+    assert f"training loss within {FINAL_LOSS_TOLERANCE:g}" in prose
+    assert f"test accuracy within {TEST_ACCURACY_TOLERANCE * 100:g} percentage points" in prose
+    assert "| speedup at least | " + " | ".join(f"{t:g}x" for t, _ in SPEED_TIERS) + " |" in prose
+    assert "| points | " + " | ".join(str(p) for _, p in SPEED_TIERS) + " |" in prose
+    assert f"Correctness** ({CORRECTNESS_POINTS} points" in prose and f"({MAX_POINTS} points)" in prose
