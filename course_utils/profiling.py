@@ -4,14 +4,20 @@ Contract: nothing happens at import and nothing is written to disk. ``profile_st
 runs a step function under ``torch.profiler.profile`` with a one-cycle ``schedule``
 (skip, warm up, then record) and returns the finished profiler, whose
 ``key_averages()`` and ``export_chrome_trace`` work as usual. ``label_times`` reads the
-``record_function`` labels of a profile as milliseconds per step, and
+``record_function`` labels of a profile as milliseconds per step (from the CPU-side
+events: with CUDA recorded, every label also has a GPU-side twin of the same name), and
 ``plot_label_times`` draws them as one stacked bar per variant. ``flop_rate`` reads the
 FLOPs and the time of the matrix products from a profile recorded with ``with_flops=True``.
-First written out in notebook 10 ("Find the bottleneck with the profiler").
+``sync_debug_warnings`` runs a function under ``torch.cuda.set_sync_debug_mode("warn")``
+and returns the warnings it raised instead of printing them (CUDA only).
+First written out in notebook 10 ("Find the bottleneck with the profiler"), except
+``sync_debug_warnings``, which notebook 01 writes out.
 """
 
 from __future__ import annotations
 
+import warnings
+from collections import defaultdict
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -19,11 +25,19 @@ import matplotlib.pyplot as plt
 import torch
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
-from torch.profiler import ProfilerActivity, profile, schedule
+from torch.profiler import DeviceType, ProfilerActivity, profile, schedule
 
 from course_utils.device import synchronize
 
-__all__ = ["MATMUL_OPS", "flop_rate", "label_times", "plot_label_times", "profile_steps", "profiler_activities"]
+__all__ = [
+    "MATMUL_OPS",
+    "flop_rate",
+    "label_times",
+    "plot_label_times",
+    "profile_steps",
+    "profiler_activities",
+    "sync_debug_warnings",
+]
 
 _STEP_KEY = "ProfilerStep*"
 """``key_averages`` groups the ``ProfilerStep#N`` ranges that ``prof.step()`` opens under this key."""
@@ -65,7 +79,9 @@ def profile_steps(
     synchronised once, after the last step, so its queued kernels are inside the
     record; no step is synchronised otherwise, so a sync the step itself forces stays
     visible. ``profile_options`` go to ``torch.profiler.profile`` (``record_shapes``,
-    ``profile_memory``, ``with_stack``, ...).
+    ``profile_memory``, ``with_stack``, ...). ``acc_events`` defaults to True: with a
+    single recording cycle it changes nothing, and torch 2.11 warns that events are
+    cleared between cycles on every profiler without it (pytorch/pytorch#180348).
 
     >>> x = torch.randn(32, 32)
     >>> prof = profile_steps(lambda: x @ x, active=2)
@@ -75,6 +91,7 @@ def profile_steps(
     if wait < 0 or warmup < 1 or active < 1:
         raise ValueError(f"need wait >= 0, warmup >= 1 and active >= 1, got {wait}, {warmup}, {active}")
     num_steps = wait + warmup + active
+    profile_options.setdefault("acc_events", True)
     with profile(
         activities=profiler_activities(device),
         schedule=schedule(wait=wait, warmup=warmup, active=active, repeat=1),
@@ -93,7 +110,9 @@ def label_times(prof: profile, labels: Sequence[str]) -> dict[str, float]:
 
     A label's time includes everything that ran inside it (its child operators and
     any wait for the device). A label that never ran reads 0.0. Profiles without
-    ``ProfilerStep`` ranges count as a single step.
+    ``ProfilerStep`` ranges count as a single step. Only CPU-side events count: when
+    CUDA is recorded, ``key_averages()`` also has a GPU-side row for each label and each
+    ``ProfilerStep`` (the range of the kernels launched inside it), whose CPU time is 0.
 
     >>> from torch.profiler import record_function
     >>> x = torch.randn(32, 32)
@@ -104,9 +123,14 @@ def label_times(prof: profile, labels: Sequence[str]) -> dict[str, float]:
     >>> times["matmul"] > 0.0, times["missing"]
     (True, 0.0)
     """
-    totals = {event.key: event for event in prof.key_averages()}
-    steps = totals[_STEP_KEY].count if _STEP_KEY in totals else 1
-    return {label: (totals[label].cpu_time_total / 1e3 / steps if label in totals else 0.0) for label in labels}
+    cpu_us: dict[str, float] = defaultdict(float)
+    counts: dict[str, int] = defaultdict(int)
+    for event in prof.key_averages():
+        if event.device_type == DeviceType.CPU:
+            cpu_us[event.key] += event.cpu_time_total
+            counts[event.key] += event.count
+    steps = counts.get(_STEP_KEY) or 1
+    return {label: cpu_us.get(label, 0.0) / 1e3 / steps for label in labels}
 
 
 def flop_rate(prof: profile, ops: Sequence[str] = MATMUL_OPS) -> tuple[int, float]:
@@ -129,6 +153,31 @@ def flop_rate(prof: profile, ops: Sequence[str] = MATMUL_OPS) -> tuple[int, floa
     device_us = sum(event.self_device_time_total for event in rows)
     seconds = (device_us if device_us > 0 else sum(event.self_cpu_time_total for event in rows)) / 1e6
     return flops, seconds
+
+
+def sync_debug_warnings(fn: Callable[[], object]) -> list[str]:
+    """Run ``fn()`` under ``torch.cuda.set_sync_debug_mode("warn")``; return the warnings raised.
+
+    In that mode CUDA warns "called a synchronizing CUDA operation" at each call that makes
+    the CPU wait for the GPU; the first time in a process, switching the mode on also warns
+    that it is a prototype which does not catch every synchronising operation. Every
+    warning raised meanwhile is recorded instead of printed and returned as its first
+    line, without torch's "(Triggered internally at ...)" suffix, so that a notebook can
+    print what was caught. The previous mode is restored afterwards. CUDA only.
+
+    >>> sync_debug_warnings(lambda: torch.ones(3, device="cuda").sum().item())  # doctest: +SKIP
+    ['Synchronization debug mode is a prototype feature and does not yet detect all synchronizing operations',
+     'called a synchronizing CUDA operation']
+    """
+    previous = torch.cuda.get_sync_debug_mode()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        torch.cuda.set_sync_debug_mode("warn")
+        try:
+            fn()
+        finally:
+            torch.cuda.set_sync_debug_mode(previous)
+    return [str(warning.message).splitlines()[0].split(" (Triggered internally at")[0] for warning in caught]
 
 
 def plot_label_times(

@@ -2,7 +2,8 @@
 
 Contract: every measurement warms the callable up, synchronises the device before each
 clock read, runs on all the CPU threads torch uses, and reports the median and the
-interquartile range of many runs. It is built on ``torch.utils.benchmark.Timer``.
+interquartile range of many runs. It is built on ``torch.utils.benchmark.Timer``, with
+blocks sized so that ``min_run_time`` holds about ``BLOCKS`` of them on any device.
 ``compare`` measures several variants in one run, interleaved over rounds so that
 drift in machine load hits them alike, and reports ratios to a baseline.
 First written out in notebook 01 ("Run tensors on the GPU").
@@ -20,7 +21,13 @@ import torch.utils.benchmark as torch_benchmark
 
 from course_utils.device import device_name, synchronize
 
-__all__ = ["Comparison", "Timing", "benchmark", "compare", "synced_timer"]
+__all__ = ["BLOCKS", "Comparison", "Timing", "benchmark", "compare", "synced_timer"]
+
+BLOCKS = 10
+"""How many timed blocks ``benchmark`` fits into ``min_run_time`` (fewer when one call is slower)."""
+
+_MAX_CALLS_PER_BLOCK = 2**31 - 1
+"""torch's Timer hands the block size to C++ as a 32-bit int."""
 
 
 @dataclass(frozen=True)
@@ -70,6 +77,31 @@ def synced_timer(sync: Callable[[], None]) -> Callable[[], float]:
     return read_clock
 
 
+class _SeveralBlocksTimer(torch_benchmark.Timer):
+    """torch's ``Timer``, whose ``blocked_autorange`` times ``BLOCKS`` blocks, not one.
+
+    torch grows a block until reading the clock costs at most 0.01% of it
+    (``Timer._estimate_block_size``). A clock that first synchronises a GPU costs tens of
+    microseconds, so a block then outgrows ``min_run_time`` and ``blocked_autorange``
+    returns a single block: no spread, and a median of one. This timer sizes a block to
+    ``min_run_time / BLOCKS`` instead, from a probe block net of the clock's own cost
+    (the median of five empty blocks). It is only built with the current thread count,
+    so the probe needs no thread setting of its own.
+    """
+
+    def _estimate_block_size(self, min_run_time: float) -> int:
+        budget = min_run_time / BLOCKS
+        overhead = statistics.median(self._timeit(0) for _ in range(5))
+        number = 1
+        while True:
+            work = self._timeit(number) - overhead
+            if work >= budget / 10 or number * 10 > _MAX_CALLS_PER_BLOCK:
+                break
+            number *= 10
+        per_call = max(work, 1e-9) / number
+        return max(1, min(int(budget / per_call), _MAX_CALLS_PER_BLOCK))
+
+
 def _sync_for(device: torch.device | str | None, sync: Callable[[], None] | None) -> Callable[[], None]:
     if sync is not None:
         return sync
@@ -89,7 +121,11 @@ def benchmark(
 ) -> Timing:
     """Time ``fn()`` correctly: warm up, synchronise ``device``, repeat, take the median.
 
-    ``sync`` replaces the device synchronisation (tests pass a fake that counts calls).
+    After ``warmup`` calls, ``fn`` runs in blocks of equal size, about ``BLOCKS`` of them
+    within ``min_run_time`` (one call per block when a call takes longer than
+    ``min_run_time / BLOCKS``); each block is timed between two clock reads, each read
+    right after a synchronisation. ``Timing.times`` holds the seconds per call of each
+    block. ``sync`` replaces the device synchronisation (tests pass a fake that counts calls).
 
     >>> x = torch.randn(64, 64)
     >>> timing = benchmark(lambda: x @ x, device="cpu", label="matmul", min_run_time=0.01)
@@ -100,7 +136,7 @@ def benchmark(
     for _ in range(warmup):
         fn()
     sync_fn()
-    timer = torch_benchmark.Timer(
+    timer = _SeveralBlocksTimer(
         stmt="fn()",
         globals={"fn": fn},
         timer=synced_timer(sync_fn),

@@ -5,11 +5,12 @@ loss and the total gradient norm of every step, so notebooks can plot both. It k
 them on the device during an epoch and reads them back once at its end: one host-device
 sync per epoch, not one per step (notebook 06 explains why that matters on a GPU).
 ``clip_norm`` switches on ``clip_grad_norm_``. Nothing is printed except a tqdm bar
-when ``progress=True``.
+when ``progress=True``: a widget in Jupyter, plain text where ipywidgets is missing.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import math
 from dataclasses import dataclass, field
 
@@ -30,6 +31,19 @@ class History:
     def diverged(self) -> bool:
         """True if any loss was NaN or infinite."""
         return any(not math.isfinite(loss) for loss in self.losses)
+
+
+def _progress_bar_class() -> type:
+    """``tqdm.auto``'s bar, or the plain text bar where ipywidgets is not installed.
+
+    Without ipywidgets, ``tqdm.auto`` in Jupyter also falls back to the text bar, but
+    warns "IProgress not found" on the way.
+    """
+    if importlib.util.find_spec("ipywidgets") is None:
+        from tqdm import tqdm
+    else:
+        from tqdm.auto import tqdm
+    return tqdm
 
 
 def train_classifier(
@@ -53,8 +67,7 @@ def train_classifier(
     ``device`` before the optimizer is built over its parameters. A run whose loss turns
     NaN or infinite stops at the end of that epoch; its history ends at the first such step.
     """
-    from tqdm.auto import tqdm
-
+    tqdm = _progress_bar_class()
     device = torch.device(device)
     model.to(device)
     if optimizer == "sgd":

@@ -8,13 +8,16 @@ import matplotlib
 
 matplotlib.use("Agg")
 
+import warnings
 from types import SimpleNamespace
 
 import matplotlib.pyplot as plt
 import pytest
 import torch
-from torch.profiler import ProfilerActivity, record_function
+from torch.autograd.profiler_util import EventList, FunctionEvent
+from torch.profiler import DeviceType, ProfilerActivity, record_function
 
+import course_utils.profiling
 from course_utils.profiling import flop_rate, label_times, plot_label_times, profile_steps, profiler_activities
 
 
@@ -57,6 +60,23 @@ def test_profile_steps_passes_options_and_rejects_bad_schedules():
         profile_steps(lambda: None, active=0)
 
 
+def test_profile_steps_keeps_events_of_its_one_cycle_without_a_warning(monkeypatch):
+    """torch 2.11 warns "Profiler clears events" on every profile without acc_events=True (#180348)."""
+    seen = []
+    real_profile = course_utils.profiling.profile
+
+    def spy(**options):
+        seen.append(options)
+        return real_profile(**options)
+
+    monkeypatch.setattr(course_utils.profiling, "profile", spy)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        profile_steps(lambda: torch.ones(4) + 1)
+    profile_steps(lambda: None, acc_events=False)
+    assert [options["acc_events"] for options in seen] == [True, False]
+
+
 def test_label_times_are_per_step_and_cover_children():
     x = torch.randn(64, 64)
 
@@ -72,6 +92,49 @@ def test_label_times_are_per_step_and_cover_children():
     assert times["outer"] >= times["inner"] > 0.0
     totals = {e.key: e.cpu_time_total for e in prof.key_averages()}
     assert times["inner"] == pytest.approx(totals["inner"] / 1e3 / 4)
+
+
+def cuda_like_profile(gpu_rows_last: bool) -> SimpleNamespace:
+    """Two steps recorded with ProfilerActivity.CUDA, built from real FunctionEvents.
+
+    As on a GPU, each label and each ProfilerStep is a CPU-side range and also a GPU-side
+    range (``gpu_user_annotation``) over the kernels launched inside it, with no CPU time.
+    """
+
+    def event(index, name, start_us, end_us, device_type):
+        return FunctionEvent(
+            id=index,
+            name=name,
+            thread=1,
+            start_us=start_us,
+            end_us=end_us,
+            use_device="cuda",
+            device_type=device_type,
+            is_user_annotation=True,
+            trace_name=name,
+            stack=[],
+        )
+
+    cpu, gpu = [], []
+    for step in range(2):
+        t = 1000.0 * step
+        cpu += [event(10 * step, "ProfilerStep*", t, t + 900, DeviceType.CPU)]
+        cpu += [event(10 * step + 1, "data", t, t + 500, DeviceType.CPU)]
+        cpu += [event(10 * step + 2, "forward", t + 500, t + 600, DeviceType.CPU)]
+        gpu += [event(10 * step + 5, "ProfilerStep*", t + 550, t + 950, DeviceType.CUDA)]
+        gpu += [event(10 * step + 6, "data", t + 550, t + 551, DeviceType.CUDA)]
+        gpu += [event(10 * step + 7, "forward", t + 600, t + 950, DeviceType.CUDA)]
+    events = EventList(cpu + gpu if gpu_rows_last else gpu + cpu, use_device="cuda")
+    events._build_tree()
+    return SimpleNamespace(key_averages=events.key_averages)
+
+
+@pytest.mark.parametrize("gpu_rows_last", [True, False])
+def test_label_times_read_the_cpu_side_of_labels_recorded_with_cuda(gpu_rows_last):
+    prof = cuda_like_profile(gpu_rows_last)
+    rows = [(e.key, e.device_type) for e in prof.key_averages()]
+    assert ("data", DeviceType.CPU) in rows and ("data", DeviceType.CUDA) in rows  # the trap is there
+    assert label_times(prof, ["data", "forward", "absent"]) == {"data": 0.5, "forward": 0.1, "absent": 0.0}
 
 
 def test_plot_label_times_stacks_one_bar_per_variant():
@@ -116,3 +179,53 @@ def test_flop_rate_needs_with_flops():
     x = torch.randn(8, 8)
     with pytest.raises(ValueError, match="with_flops=True"):
         flop_rate(profile_steps(lambda: x @ x))
+
+
+class FakeSyncDebugMode:
+    """torch.cuda's sync debug mode as CUDA runs it: a prototype notice once, then a warning per sync."""
+
+    def __init__(self) -> None:
+        self.mode, self.history, self.noticed = 0, [], False
+
+    def set(self, mode) -> None:
+        if not self.noticed:  # TORCH_WARN_ONCE in torch/csrc/cuda/Module.cpp
+            self.noticed = True
+            warnings.warn(
+                "Synchronization debug mode is a prototype feature and does not yet detect all synchronizing "
+                "operations (Triggered internally at /pytorch/torch/csrc/cuda/Module.cpp:1003.)",
+                stacklevel=2,
+            )
+        self.mode = {"default": 0, "warn": 1, "error": 2}.get(mode, mode)
+        self.history.append(self.mode)
+
+    def get(self) -> int:
+        return self.mode
+
+    def item(self) -> float:
+        if self.mode == 1:  # TORCH_WARN in c10/cuda/CUDAFunctions.cpp
+            warnings.warn("called a synchronizing CUDA operation (Triggered internally at c10.cpp:1.)", stacklevel=2)
+        return 1.0
+
+
+def test_sync_debug_warnings_returns_what_the_mode_caught_and_restores_it(monkeypatch, recwarn):
+    fake = FakeSyncDebugMode()
+    fake.mode = 2  # a mode set before: restored afterwards
+    monkeypatch.setattr(torch.cuda, "set_sync_debug_mode", fake.set)
+    monkeypatch.setattr(torch.cuda, "get_sync_debug_mode", fake.get)
+    first = course_utils.profiling.sync_debug_warnings(fake.item)
+    assert first == [
+        "Synchronization debug mode is a prototype feature and does not yet detect all synchronizing operations",
+        "called a synchronizing CUDA operation",
+    ]
+    assert course_utils.profiling.sync_debug_warnings(fake.item) == ["called a synchronizing CUDA operation"]
+    assert course_utils.profiling.sync_debug_warnings(lambda: None) == []
+    assert fake.history == [1, 2, 1, 2, 1, 2]
+    assert len(recwarn) == 0  # nothing left for stderr
+
+    def fails():
+        fake.item()
+        raise RuntimeError("boom")
+
+    with pytest.raises(RuntimeError, match="boom"):
+        course_utils.profiling.sync_debug_warnings(fails)
+    assert fake.mode == 2

@@ -6,7 +6,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from course_utils.timing import Comparison, Timing, benchmark, compare, format_seconds, synced_timer
+from course_utils.timing import BLOCKS, Comparison, Timing, benchmark, compare, format_seconds, synced_timer
 
 
 class FakeAsyncDevice:
@@ -43,6 +43,54 @@ def test_naive_timing_misses_queued_work():
     fake.launch()
     naive = time.perf_counter() - start
     assert naive < 0.01 <= (benchmark(fake.launch, sync=fake.sync, min_run_time=0.05).median * 1.05)
+
+
+class FakeClock:
+    """Simulated time: a call costs ``call_s``, a synchronisation ``sync_s`` (a GPU's, even when idle)."""
+
+    def __init__(self, call_s: float, sync_s: float) -> None:
+        self.call_s, self.sync_s = call_s, sync_s
+        self.now = 0.0
+        self.calls = 0
+
+    def call(self) -> None:
+        self.calls += 1
+        self.now += self.call_s
+
+    def sync(self) -> None:
+        self.now += self.sync_s
+
+    def read(self) -> float:
+        return self.now
+
+
+def test_torch_blocked_autorange_times_one_block_when_the_clock_syncs_slowly(monkeypatch):
+    """Why benchmark sizes blocks itself: torch's rule makes one block outgrow min_run_time."""
+    clock = FakeClock(call_s=1e-3, sync_s=50e-6)
+    monkeypatch.setattr("course_utils.timing.time", SimpleNamespace(perf_counter=clock.read))
+    timer = torch.utils.benchmark.Timer("fn()", globals={"fn": clock.call}, timer=synced_timer(clock.sync))
+    assert len(timer.blocked_autorange(min_run_time=0.2).times) == 1
+
+
+@pytest.mark.parametrize(
+    ("call_s", "sync_s", "min_run_time"),
+    [(1e-3, 50e-6, 0.2), (10e-6, 50e-6, 0.2), (2.7e-3, 20e-6, 0.5), (1e-7, 5e-6, 0.01), (1e-3, 0.0, 0.05)],
+)
+def test_benchmark_times_several_blocks_even_when_syncing_is_slow(monkeypatch, call_s, sync_s, min_run_time):
+    clock = FakeClock(call_s, sync_s)
+    monkeypatch.setattr("course_utils.timing.time", SimpleNamespace(perf_counter=clock.read))
+    timing = benchmark(clock.call, sync=clock.sync, min_run_time=min_run_time)
+    assert len(timing.times) >= BLOCKS // 2
+    assert timing.median == pytest.approx(call_s, rel=0.02)  # the block's final sync, shared by its calls
+    assert clock.now < 1.5 * min_run_time  # the block-size probe costs little on top
+
+
+def test_benchmark_times_one_call_per_block_when_a_call_is_slow(monkeypatch):
+    clock = FakeClock(call_s=0.3, sync_s=50e-6)
+    monkeypatch.setattr("course_utils.timing.time", SimpleNamespace(perf_counter=clock.read))
+    timing = benchmark(clock.call, sync=clock.sync, min_run_time=0.2, warmup=1)
+    assert len(timing.times) == 1 and timing.median == pytest.approx(0.3, rel=1e-3)
+    assert clock.calls == 1 + 1 + 1  # warm-up, the probe, one block
 
 
 def test_synced_timer_syncs_then_reads():

@@ -98,3 +98,22 @@ def test_training_reads_values_back_once_per_epoch(digits, monkeypatch):
     assert len(history.losses) == len(history.grad_norms) == 2 * steps_per_epoch
     assert all(isinstance(value, float) for value in history.losses + history.grad_norms)
 
+
+def test_progress_bar_is_plain_text_without_a_warning_where_jupyter_has_no_ipywidgets(digits, monkeypatch, capsys):
+    """tqdm.auto in a Jupyter kernel without ipywidgets warns "IProgress not found"; we don't."""
+    import sys
+    import warnings
+    from types import ModuleType
+
+    ipython = ModuleType("IPython")  # a Jupyter kernel, as tqdm.autonotebook detects one
+    ipython.get_ipython = lambda: type("ZMQInteractiveShell", (), {})()
+    monkeypatch.setitem(sys.modules, "IPython", ipython)
+    monkeypatch.setitem(sys.modules, "ipykernel.zmqshell", ModuleType("ipykernel.zmqshell"))
+    monkeypatch.setitem(sys.modules, "ipywidgets", None)  # makes `import ipywidgets` fail
+    for name in ("tqdm.auto", "tqdm.autonotebook", "tqdm.notebook"):
+        monkeypatch.delitem(sys.modules, name, raising=False)
+    with warnings.catch_warnings(record=True) as caught:  # not "error": tqdm catches its own warning then
+        warnings.simplefilter("always")
+        train_classifier(MLP(64, 10, hidden=8, depth=1), digits.X_train[:128], digits.y_train[:128], progress=True)
+    assert [str(w.message) for w in caught] == []
+    assert "training: 100%" in capsys.readouterr().err  # the text bar, on stderr
