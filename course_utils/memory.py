@@ -195,7 +195,7 @@ def peak_extra_bytes(fn: Callable[[], object], device: torch.device | str) -> in
 
 
 def _cpu_peak_extra_bytes(fn: Callable[[], object]) -> int:
-    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+    with profile(activities=[ProfilerActivity.CPU], profile_memory=True, acc_events=True) as prof:
         fn()
     with tempfile.TemporaryDirectory() as folder:
         trace = Path(folder) / "trace.json"
