@@ -56,6 +56,7 @@ html_theme_options = {
     "home_page_in_toc": True,
     "show_navbar_depth": 1,
     "footer_content_items": [],  # no author line: the repository names its contributors
+    "use_download_button": False,  # it links the page's source, which the site does not copy (html_copy_source)
 }
 html_static_path = ["_static"]
 html_css_files = ["course.css"]

@@ -31,7 +31,6 @@ import signal
 import socket
 import subprocess
 import time
-import urllib.error
 import urllib.parse
 import urllib.request
 from collections.abc import AsyncIterator, Iterator
@@ -229,7 +228,7 @@ class CellSeen:
 
     @property
     def ran(self) -> bool:
-        return re.search(r"\[\d+\]", self.prompt) is not None
+        return _numbered(self.prompt)
 
     def describe(self) -> str:
         """``cell 12 (`def flops(...`)`` for messages."""
@@ -247,6 +246,11 @@ class NotebookRun:
     problems: list[str] = field(default_factory=list)  # the runner's own: timeouts, cells that would not run
     lab: dict[str, list[str]] = field(default_factory=dict)  # with inspect_lab: what ``_inspect_lab`` saw
     screenshot: Path | None = None
+
+
+def _numbered(prompt: str) -> bool:
+    """Whether a cell's prompt shows an execution count (``[7]:``), i.e. the cell ran."""
+    return re.search(r"\[\d+\]", prompt) is not None
 
 
 def _needs_run(nb: NotebookNode) -> list[int]:
@@ -280,6 +284,8 @@ async def run_notebook(
     open side by side do not restore each other's tabs). With ``inspect_lab`` (a screenshot
     path), the lab's menus and sidebars are recorded first (``NotebookRun.lab``).
     """
+    from playwright.async_api import TimeoutError as PlaywrightTimeout
+
     run = NotebookRun(relative)
     start = time.monotonic()
     source = nbformat.read(lab.root / relative, as_version=4)
@@ -300,7 +306,7 @@ async def run_notebook(
             remaining = timeout - (time.monotonic() - start)
             try:
                 await page.wait_for_function(_DONE_JS, arg=first, timeout=max(remaining, 1) * 1000, polling=500)
-            except Exception:  # Playwright's TimeoutError
+            except PlaywrightTimeout:
                 prompts = await _prompts(page)
                 busy = [i for i, p in enumerate(prompts) if "[*]" in p]
                 run.problems.append(
@@ -308,10 +314,10 @@ async def run_notebook(
                 )
                 break
             prompts = await _prompts(page)
-            if not re.search(r"\[\d+\]", prompts[first]):
+            if not _numbered(prompts[first]):
                 run.problems.append(f"cell {first} did not run when asked (prompt {prompts[first]!r})")
                 break
-            todo = [i for i in to_run if not re.search(r"\[\d+\]", prompts[i])]
+            todo = [i for i in to_run if not _numbered(prompts[i])]
             command = ("Run", "Run Selected Cell and All Below")
         await page.keyboard.press("Control+s")
         await page.wait_for_function(
@@ -325,7 +331,7 @@ async def run_notebook(
             CellSeen(i, cell, shown["prompt"], shown["output"], shown["images"])
             for i, (cell, shown) in enumerate(zip(saved.cells, seen, strict=False))
         ]
-        await _show_something(page, run.cells)
+        await _scroll_to_subject(page, run.cells)
     finally:
         screenshot.parent.mkdir(parents=True, exist_ok=True)
         await page.screenshot(path=str(screenshot))
@@ -337,7 +343,7 @@ async def run_notebook(
     return run
 
 
-async def _show_something(page, cells: list[CellSeen]) -> None:
+async def _scroll_to_subject(page, cells: list[CellSeen]) -> None:
     """Scroll the screenshot's subject into view: the first error, else the first figure."""
     errors = [c.index for c in cells if any(o.get("output_type") == "error" for o in c.cell.get("outputs", []))]
     figures = [c.index for c in cells if c.images]

@@ -66,7 +66,7 @@ pytestmark = pytest.mark.skipif(
 class BrowserSession:
     learner: dict[str, NotebookRun]  # by path in the workspace
     solved: dict[str, NotebookRun]  # by file name in notebooks/
-    learner_lab: dict[str, list[str]]  # menus, sidebars, toolbar, nbgrader_menu (tests/browser.py, inspect_lab)
+    learner_lab: dict[str, list[str]]  # menus, sidebars, toolbar, nbgrader_menu (browser._inspect_lab)
     instructor_lab: dict[str, list[str]]
 
 
@@ -123,7 +123,7 @@ def _selected(session: pytest.Session, parameter: str) -> list[str]:
 
 
 @pytest.fixture(scope="module")
-def browser(request, tmp_path_factory) -> BrowserSession:
+def browser_run(request, tmp_path_factory) -> BrowserSession:
     """Both labs, and every selected notebook run in Chromium (once for the whole module)."""
     assert STUDENT and SOLVED, "no notebooks found in grading/release/ or notebooks/"
     student, solved = _selected(request.session, "relative"), _selected(request.session, "name")
@@ -174,21 +174,21 @@ def _problems(run: NotebookRun, *, student: bool) -> list[str]:
 
 
 @pytest.mark.parametrize("relative", STUDENT, ids=lambda path: path.split("/")[0])
-def test_student_notebook_runs_in_the_learners_lab_with_errors_only_in_the_exercises(browser, relative):
-    run = browser.learner[relative]
+def test_student_notebook_runs_in_the_learners_lab_with_errors_only_in_the_exercises(browser_run, relative):
+    run = browser_run.learner[relative]
     problems = _problems(run, student=True)
     assert not problems, f"{relative} in the learner's lab (screenshot {run.screenshot}):\n  " + "\n  ".join(problems)
 
 
 @pytest.mark.parametrize("name", SOLVED, ids=lambda name: name.split(".")[0])
-def test_solved_notebook_runs_in_the_instructors_lab_without_errors(browser, name):
-    run = browser.solved[name]
+def test_solved_notebook_runs_in_the_instructors_lab_without_errors(browser_run, name):
+    run = browser_run.solved[name]
     problems = _problems(run, student=False)
     assert not problems, f"notebooks/{name} (screenshot {run.screenshot}):\n  " + "\n  ".join(problems)
 
 
-def test_the_learners_lab_has_no_instructor_tools_and_the_instructors_has_them(browser):
-    learner, instructor = browser.learner_lab, browser.instructor_lab
+def test_the_learners_lab_has_no_instructor_tools_and_the_instructors_has_them(browser_run):
+    learner, instructor = browser_run.learner_lab, browser_run.instructor_lab
     # What nbgrader adds to a lab, seen in the instructor's: the learner's must not show it.
     assert "Nbgrader" in instructor["menus"], instructor["menus"]
     assert "Formgrader" in instructor["nbgrader_menu"], instructor["nbgrader_menu"]
