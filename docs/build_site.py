@@ -126,14 +126,17 @@ def site_notebook(nb: NotebookNode, stem: str, pages: dict[str, str], root: Path
     return page
 
 
+def _table_cell(text: str) -> str:
+    return text.replace("|", "\\|")
+
+
 def course_map(paths: list[Path], root: Path = ROOT) -> str:
     """The course map (a table: number, title linking the page, summary, Colab) and the tables of contents."""
     rows = ["| # | notebook | what you learn | Colab |", "|---|---|---|---|"]
     for path in paths:
         title, summary = title_and_summary(nbformat.read(path, as_version=4))
-        cell = lambda text: text.replace("|", "\\|")  # noqa: E731 (a table cell)
         rows.append(
-            f"| {path.stem[:2]} | [{cell(title or path.stem)}]({path.name}) | {cell(summary)} "
+            f"| {path.stem[:2]} | [{_table_cell(title or path.stem)}]({path.name}) | {_table_cell(summary)} "
             f"| [open]({colab_url(path.stem, root)}) |"
         )
     pages = "\n".join(path.stem for path in paths)
