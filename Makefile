@@ -9,10 +9,11 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 PORT   ?= 8888
 WORKSPACE ?= workspace
+NOTEBOOK_DIR ?= notebooks
 # Jupyter refuses to run as root unless told; containers and CI machines often are root.
 ROOT_FLAG := $(if $(filter 0,$(shell id -u)),--allow-root)
 
-.PHONY: lab lab-instructor workspace test colab-test install lint release grade-benchmark gpu-check set-repo-url clean
+.PHONY: lab lab-instructor workspace test colab-test browser-test chromium site install lint release grade-benchmark gpu-check set-repo-url clean
 
 $(STAMP): pyproject.toml requirements.lock
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -30,18 +31,43 @@ lab: workspace  ## open JupyterLab on workspace/, the learner's lab (no instruct
 	  $(BIN)/jupyter lab --notebook-dir=$(WORKSPACE) --port=$(PORT) $(ROOT_FLAG) $(LAB_ARGS)
 
 lab-instructor: $(STAMP)  ## open JupyterLab on notebooks/ (solutions, hidden tests) with every nbgrader tool
-	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/jupyter lab --notebook-dir=notebooks --port=$(PORT) $(ROOT_FLAG) $(LAB_ARGS)
+	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/jupyter lab --notebook-dir=$(NOTEBOOK_DIR) --port=$(PORT) $(ROOT_FLAG) $(LAB_ARGS)
 
 test: $(STAMP)  ## lint, check notebooks, run unit tests and every notebook (small sizes)
-	$(BIN)/ruff check course_utils tests notebooks
+	$(BIN)/ruff check course_utils tests notebooks docs
 	$(BIN)/nbstripout --verify notebooks/*.ipynb
 	COURSE_QUICK=1 $(BIN)/pytest $(PYTEST_ARGS)
 
 colab-test: $(STAMP)  ## the Colab path: a fresh venv with only what Colab ships, each student notebook's setup cell, then the notebook
 	COURSE_COLAB_TEST=1 $(BIN)/pytest tests/test_colab.py $(PYTEST_ARGS)
 
+# The site's notebooks run at build time on this machine's CPU, at the test suite's small sizes
+# unless SITE_QUICK=0; MyST-NB caches the runs in build/site/jupyter_cache.
+SITE_QUICK ?= 1
+site: $(STAMP)  ## the course site in build/site/html (Sphinx + MyST-NB, offline): course map, one page per notebook, instructor guide
+	PATH="$(abspath $(BIN)):$$PATH" COURSE_QUICK=$(SITE_QUICK) $(BIN)/python docs/build_site.py --out build/site $(SITE_ARGS)
+
+# `make browser-test` drives Debian's chromium with Playwright; `make chromium` installs it when missing.
+BROWSER_SHOTS ?= build/browser-test
+browser-test: chromium site  ## every notebook in JupyterLab in headless Chromium (learner's and solved), and the site; screenshots in build/browser-test/
+	COURSE_BROWSER_TEST=1 BROWSER_TEST_SHOTS="$(abspath $(BROWSER_SHOTS))" $(BIN)/pytest tests/test_browser.py $(PYTEST_ARGS); \
+	  status=$$?; echo "browser-test: screenshots in $(BROWSER_SHOTS)/ (summary.txt: seconds per notebook)"; exit $$status
+
+chromium:  ## Debian's chromium on PATH for the browser test: installed with apt-get (as root) when missing
+	@command -v chromium >/dev/null 2>&1 || { \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	    echo "chromium: not on PATH; installing Debian's chromium with apt-get"; \
+	    apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium; \
+	  else \
+	    echo "chromium: not on PATH, and this make cannot install it (apt-get needs root on Debian or Ubuntu)."; \
+	    echo "Install your system's chromium package (Debian: sudo apt-get install chromium), then run make browser-test again."; \
+	    echo "(The test drives the system browser; it never downloads one of its own.)"; \
+	    exit 1; \
+	  fi; }
+	@command -v chromium >/dev/null 2>&1 || { echo "chromium: apt-get finished but there is still no chromium on PATH"; exit 1; }
+
 lint: $(STAMP)  ## ruff only
-	$(BIN)/ruff check course_utils tests notebooks
+	$(BIN)/ruff check course_utils tests notebooks docs
 
 release: $(STAMP)  ## regenerate the student versions in grading/release/ from notebooks/
 	$(BIN)/course release
