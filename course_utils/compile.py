@@ -1,4 +1,4 @@
-"""Check that ``torch.compile``'s default backend, Inductor, can generate code here.
+"""Check that ``torch.compile``'s default backend, Inductor, can generate code here, and read its logs.
 
 Contract: nothing happens at import, and nothing here raises for a missing tool. Inductor
 turns captured graphs into Triton kernels on CUDA GPUs and into C++/OpenMP code on CPUs,
@@ -15,21 +15,33 @@ While nbgrader grades or validates a notebook (it sets ``NBGRADER_EXECUTION``, s
 the answer is the fallback backend, without any probe: the tests need no generated code,
 and the course's grader gives every kernel an empty ``/tmp``, so Inductor would rebuild
 every kernel (and redo the probe) for every submission.
+``torch_log_warnings`` collects what torch's own loggers report at warning level inside a
+block (a graph break's hint, the recompile limit being hit) instead of letting it reach
+stderr as log lines, so that a notebook prints what was reported as part of the lesson.
 First written out in notebook 11 ("Fuse and compile with torch.compile").
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import shutil
 import subprocess
 import sys
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import torch
 
-__all__ = ["FALLBACK_BACKEND", "InductorStatus", "find_cpp_compiler", "inductor_status", "install_hint"]
+__all__ = [
+    "FALLBACK_BACKEND",
+    "InductorStatus",
+    "find_cpp_compiler",
+    "inductor_status",
+    "install_hint",
+    "torch_log_warnings",
+]
 
 FALLBACK_BACKEND = "aot_eager"
 """Where Inductor cannot generate code: the same capture and autograd tracing, eager kernels."""
@@ -174,3 +186,52 @@ def inductor_status(
         f"Inductor generates C++/OpenMP kernels for this CPU, built with {shutil.which(compiler) or compiler}; "
         f"vector instructions: {vector_isa()}.",
     )
+
+
+def _summary(message: str) -> str:
+    """A log message's first line, joined with the next one when the first ends in a colon."""
+    lines = [line.strip() for line in message.splitlines() if line.strip()]
+    if len(lines) > 1 and lines[0].endswith(":"):
+        return f"{lines[0]} {lines[1]}"
+    return lines[0] if lines else ""
+
+
+@contextmanager
+def torch_log_warnings(level: int = logging.WARNING) -> Iterator[list[str]]:
+    """Inside the block, keep torch's log records at ``level`` or above off stderr and collect them.
+
+    ``torch.compile`` reports some events only in its logs (the hint after a graph break
+    on ``.item()``, the recompile limit being hit). Each such record is dropped by the
+    handlers it would reach and summarised (its first line, or first two when the first
+    ends in a colon) in the yielded list. Records below ``level``, such as the
+    ``recompiles`` logs that ``torch._logging.set_logs`` switches on, pass unchanged, and
+    nothing changes outside the block.
+
+    >>> with torch_log_warnings() as logged:
+    ...     logging.getLogger("torch._dynamo").warning("hit config.recompile_limit (3)\\n  function: f")
+    >>> logged
+    ['hit config.recompile_limit (3)']
+    """
+    messages: list[str] = []
+    seen: set[int] = set()
+
+    def collect(record: logging.LogRecord) -> bool:
+        if record.levelno < level or not record.name.startswith("torch"):
+            return True
+        if id(record) not in seen:
+            seen.add(id(record))
+            messages.append(_summary(record.getMessage()))
+        return False
+
+    names = [name for name in list(logging.root.manager.loggerDict) if name == "torch" or name.startswith("torch.")]
+    handlers = {handler for name in names for handler in logging.getLogger(name).handlers}
+    handlers.update(logging.getLogger().handlers)
+    if logging.lastResort is not None:  # where records go when no handler is configured
+        handlers.add(logging.lastResort)
+    for handler in handlers:
+        handler.addFilter(collect)
+    try:
+        yield messages
+    finally:
+        for handler in handlers:
+            handler.removeFilter(collect)

@@ -44,9 +44,10 @@ NEEDED: dict[str, str] = {
     "torchao": "torchao==0.18.0",
 }
 
-# What counts as warning text on a kernel's stderr: Python warnings (``UserWarning: ...``) and
-# the C++ warnings torch writes itself (``[W1122 17:45:00.1 ProcessGroupNCCL.cpp:...]``).
-WARNING_LINE = re.compile(r"\b[A-Z]\w*Warning\b|^\s*(\[rank\d+\]:)?\[W\d{3,4} ")
+# What counts as warning text on a kernel's stderr: Python warnings (``UserWarning: ...``), the
+# C++ warnings torch writes itself (``[W1122 17:45:00.1 ProcessGroupNCCL.cpp:...]``), and the
+# warnings and errors of torch's Python logs (``W1122 17:45:00.1 123 torch/_dynamo/...]``).
+WARNING_LINE = re.compile(r"\b[A-Z]\w*Warning\b|^\s*(\[rank\d+\]:)?\[?[WE]\d{4} \d\d:\d\d:\d\d")
 
 __all__ = ["NEEDED", "NotebookResult", "main", "preflight", "run_notebook", "warning_lines"]
 

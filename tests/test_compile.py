@@ -2,13 +2,21 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import stat
 import sys
 
 import pytest
+import torch
 
-from course_utils.compile import FALLBACK_BACKEND, find_cpp_compiler, inductor_status, install_hint
+from course_utils.compile import (
+    FALLBACK_BACKEND,
+    find_cpp_compiler,
+    inductor_status,
+    install_hint,
+    torch_log_warnings,
+)
 
 unix_only = pytest.mark.skipif(sys.platform == "win32", reason="fake compilers are shell scripts")
 
@@ -98,3 +106,38 @@ def test_this_machine_matches_inductors_own_search():
     except exc.InvalidCxxCompiler:
         theirs = None
     assert ours == theirs
+
+
+def test_torch_log_warnings_collects_the_recompile_limit_warning_instead_of_printing_it(capfd):
+    def double(x):
+        return x * 2
+
+    torch.compiler.reset()
+    with torch_log_warnings() as logged, torch._dynamo.config.patch(recompile_limit=1):
+        compiled = torch.compile(double, backend="eager", dynamic=False)
+        for n in (2, 3, 4):
+            compiled(torch.ones(n))
+    torch.compiler.reset()
+    assert any("recompile_limit (1)" in message for message in logged), logged
+    assert "recompile_limit" not in capfd.readouterr().err
+
+
+def test_torch_log_warnings_passes_lower_levels_and_other_loggers():
+    received: list[str] = []
+    handler = logging.Handler(logging.DEBUG)
+    handler.emit = lambda record: received.append(record.getMessage())
+    torch_logger, other_logger = logging.getLogger("torch._course_test"), logging.getLogger("course_test.other")
+    for logger in (torch_logger, other_logger):
+        logger.setLevel(logging.DEBUG)
+        logger.addHandler(handler)
+    try:
+        with torch_log_warnings() as logged:
+            torch_logger.info("an info record")
+            other_logger.warning("not torch's")
+            torch_logger.error("first line:\n  second line\n  third")
+        torch_logger.warning("after the block")
+    finally:
+        for logger in (torch_logger, other_logger):
+            logger.removeHandler(handler)
+    assert logged == ["first line: second line"]
+    assert received == ["an info record", "not torch's", "after the block"]

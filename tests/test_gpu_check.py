@@ -89,6 +89,8 @@ def test_warning_lines_cover_python_and_cpp_warnings():
         "/x.py:3: UserWarning: careful\n"
         "[rank0]:[W1122 17:45:00.1 ProcessGroupNCCL.cpp:5023] Warning: barrier() using device ...\n"
         "[W1122 17:45:00.2 init.cpp:12] Warning: something\n"
+        "W1122 20:19:43.365000 3676 torch/_dynamo/convert_frame.py:1743] [0/3] hit config.recompile_limit (3)\n"
+        "V1122 20:19:43.200000 3676 torch/_dynamo/guards.py:4760] [0/1] [__recompiles] Recompiling function f\n"
         "100%|##########| 10/10 [00:01<00:00]\n"
     )
-    assert len(gpu_check.warning_lines(text)) == 3
+    assert len(gpu_check.warning_lines(text)) == 4
