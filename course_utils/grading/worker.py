@@ -3,10 +3,15 @@
 Contract: ``WorkerPool(jobs, ...)`` starts ``jobs`` worker processes (each in a mount
 namespace of its own when the sandbox level allows, so that every job gets a fresh,
 size-limited ``/tmp``) and ``pool.run(tasks)`` yields ``(task_id, result)`` as jobs finish,
-in completion order. A result is a dict with the executed notebook, the notes and the
-seconds taken; a worker that dies mid-job is replaced and the job reported as a grader
-error, never lost. Workers talk JSON lines over their stdin/stdout; they start without
-importing torch (the ``course_utils`` package ``__init__`` is bypassed).
+in completion order. A job may name a folder of the assignment's other files (data,
+images): they are copied into the kernel's working directory first (notebooks and
+symbolic links left out), as nbgrader runs a notebook beside them. A result is a dict
+with the executed notebook, the notes and the seconds taken; a worker that dies mid-job
+is replaced and the job reported as a grader error, never lost. At the root level each
+worker runs its kernels as a grading user of its own, leased for the pool's life
+(``sandbox.SlotLease``), so concurrent gradings never kill each other's kernels. Workers
+talk JSON lines over their stdin/stdout; they start without importing torch (the
+``course_utils`` package ``__init__`` is bypassed).
 """
 
 from __future__ import annotations
@@ -27,7 +32,7 @@ from pathlib import Path
 
 import nbformat
 
-from course_utils.grading.sandbox import GRADING_UID_BASE, Limits, Protections, jail_argv, worker_prefix
+from course_utils.grading.sandbox import GRADING_UID_BASE, Limits, Protections, SlotLease, jail_argv, worker_prefix
 
 __all__ = ["WorkerPool", "run_job"]
 
@@ -83,6 +88,31 @@ def _kill_user(uid: int) -> None:
                 pass
 
 
+def _copy_files(source: Path, workdir: Path, uid: int | None) -> list[str]:
+    """Copy the assignment's other files into the kernel's working directory; return what was left out."""
+    skipped = []
+    for path in sorted(source.rglob("*")):
+        relative = path.relative_to(source)
+        if path.is_symlink():
+            skipped.append(f"{relative} (a symbolic link)")
+            continue
+        if path.suffix == ".ipynb" or ".ipynb_checkpoints" in relative.parts:
+            continue
+        target = workdir / relative
+        if path.is_dir():
+            target.mkdir(exist_ok=True)
+        elif path.is_file():
+            target.parent.mkdir(parents=True, exist_ok=True)
+            try:
+                shutil.copyfile(path, target)
+            except OSError as error:
+                skipped.append(f"{relative} ({error.strerror or error})")
+                continue
+        if uid is not None and target.exists():
+            os.chown(target, uid, uid)
+    return skipped
+
+
 def run_job(job: dict) -> dict:
     """Execute one notebook (called inside a worker)."""
     from course_utils.grading.execute import JailedKernelManager, execute
@@ -96,9 +126,13 @@ def run_job(job: dict) -> dict:
     base.chmod(0o711)
     workdir = base / "work"
     workdir.mkdir(mode=0o700)
-    if protections.level == "root":
-        uid = GRADING_UID_BASE + job["slot"]
+    uid = GRADING_UID_BASE + job["slot"] if protections.level == "root" else None
+    if uid is not None:
         os.chown(workdir, uid, uid)
+    if job.get("files"):
+        skipped = _copy_files(Path(job["files"]), workdir, uid)
+        if skipped:
+            notes.append("Not available to the notebook while grading: " + ", ".join(skipped) + ".")
     nb = nbformat.from_dict(job["nb"])
 
     def new_kernel() -> JailedKernelManager:
@@ -148,6 +182,7 @@ class WorkerPool:
         self.protections = protections
         self.limits = limits
         self.hide = [str(p) for p in hide]
+        self.uids: list[int] = []  # the grading users this pool's kernels ran as (root level)
         self._log = tempfile.NamedTemporaryFile(prefix="course-workers-", suffix=".log", delete=False)  # noqa: SIM115
 
     def _start(self) -> subprocess.Popen:
@@ -157,7 +192,20 @@ class WorkerPool:
         )
 
     def run(self, tasks: list[tuple[str, dict]]) -> Iterator[tuple[str, dict]]:
-        """Yield (task id, result) for every (task id, notebook dict) as they finish."""
+        """Yield (task id, result) for every (task id, job) as they finish.
+
+        A job is ``{"nb": notebook dict, "files": folder or None}``.
+        """
+        workers = min(self.jobs, len(tasks))
+        lease = SlotLease(workers, self.protections.level == "root")
+        if self.protections.level == "root":
+            self.uids = lease.uids()
+        try:
+            yield from self._run(tasks, lease.slots)
+        finally:
+            lease.release()
+
+    def _run(self, tasks: list[tuple[str, dict]], slots: list[int]) -> Iterator[tuple[str, dict]]:
         todo: queue.Queue = queue.Queue()
         for task in tasks:
             todo.put(task)
@@ -168,11 +216,12 @@ class WorkerPool:
             try:
                 while True:
                     try:
-                        task_id, nb = todo.get_nowait()
+                        task_id, task = todo.get_nowait()
                     except queue.Empty:
                         return
                     job = {
-                        "nb": nb,
+                        "nb": task["nb"],
+                        "files": task.get("files"),
                         "slot": slot,
                         "limits": self.limits.to_dict(),
                         "level": self.protections.level,
@@ -202,8 +251,7 @@ class WorkerPool:
                 except subprocess.TimeoutExpired:
                     worker.kill()
 
-        workers = min(self.jobs, len(tasks))
-        threads = [threading.Thread(target=feed, args=(slot,), daemon=True) for slot in range(workers)]
+        threads = [threading.Thread(target=feed, args=(slot,), daemon=True) for slot in slots]
         for thread in threads:
             thread.start()
         crashed = False
