@@ -52,23 +52,36 @@ class TestResults(NbGraderPreprocessor):
     """A table of every graded cell's score and, for a failed test, its error (after ``GetGrades``)."""
 
     def preprocess(self, nb: NotebookNode, resources: ResourcesDict) -> tuple[NotebookNode, ResourcesDict]:
+        from nbgrader.api import Gradebook
+
+        info = resources["nbgrader"]
+        keys = (info["notebook"], info["assignment"], info["student"])
         rows = []
-        for cell in nb.cells:
-            meta = cell.get("metadata", {}).get("nbgrader", {})
-            if not (utils.is_grade(cell) or utils.is_task(cell)):
-                continue
-            score, points = meta.get("score"), meta.get("points")
-            shown = "not graded yet" if score is None else f"{float(score):g} / {float(points or 0):g}"
-            if utils.is_solution(cell) or utils.is_task(cell):
-                kind = {"markdown": "written answer"}.get(cell.cell_type, "code answer")
-                what = "task" if utils.is_task(cell) else kind
-                result = "graded by hand" if score is not None else "waiting for grading by hand"
-            else:
-                what, result = "test", _failure(cell) or "passed"
-            rows.append(f"| `{meta.get('grade_id')}` | {what} | {shown} | {_cell_text(result)} |")
+        with Gradebook(info["db_url"]) as gb:
+            for cell in nb.cells:
+                meta = cell.get("metadata", {}).get("nbgrader", {})
+                if not (utils.is_grade(cell) or utils.is_task(cell)):
+                    continue
+                grade = gb.find_grade(meta["grade_id"], *keys)
+                shown = f"{float(grade.score or 0):g} / {float(grade.max_score):g}"
+                if utils.is_solution(cell) or utils.is_task(cell):
+                    what = "written answer" if cell.cell_type == "markdown" else "code answer"
+                    what = "task" if utils.is_task(cell) else what
+                    comment = gb.find_comment(meta["grade_id"], *keys)
+                    if grade.manual_score is not None:
+                        result = "graded by hand"
+                    elif comment.auto_comment == "No response.":
+                        result = "no response"
+                    else:
+                        result, shown = "waiting to be graded by hand", f"- / {float(grade.max_score):g}"
+                else:
+                    what, result = "test", _failure(cell) or "passed"
+                    if grade.manual_score is not None:
+                        result += " (score changed by hand)"
+                rows.append(f"| `{meta['grade_id']}` | {what} | {shown} | {_cell_text(result)} |")
         if not rows:
             return nb, resources
-        penalty = resources.get("nbgrader", {}).get("late_penalty") or 0
+        penalty = info.get("late_penalty") or 0
         text = "## Test results\n\n| cell | kind | score | result |\n|---|---|---|---|\n" + "\n".join(rows)
         if penalty:
             text += f"\n\nLate submission penalty: -{float(penalty):g} points."
@@ -107,14 +120,11 @@ class HideHiddenTests(NbGraderPreprocessor):
 
 
 def _config(course: Course, hide_hidden_tests: bool) -> Config:
-    from nbconvert.preprocessors import CSSHTMLHeaderPreprocessor
     from nbgrader.converters import GenerateFeedback
-    from nbgrader.preprocessors import GetGrades
 
     config = Config(course.config)
-    configured = list(config.GenerateFeedback.get("preprocessors", GenerateFeedback.preprocessors.default_value))
-    if not configured:
-        configured = [GetGrades, CSSHTMLHeaderPreprocessor]
+    default = GenerateFeedback.class_traits()["preprocessors"].default()  # GetGrades, CSSHTMLHeaderPreprocessor
+    configured = list(config.GenerateFeedback.get("preprocessors", default))
     names = [p if isinstance(p, str) else f"{p.__module__}.{p.__name__}" for p in configured]
     after = next((i + 1 for i, name in enumerate(names) if name.endswith("GetGrades")), 0)
     configured[after:after] = [TestResults, HideHiddenTests]

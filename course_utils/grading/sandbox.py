@@ -41,6 +41,7 @@ __all__ = [
 
 GRADING_UID_BASE = 61000
 GRADING_SLOTS = 1000  # grading users 61000..61999
+FIRST_LEASED_SLOT = 16  # 61000..61015 were used unleased by earlier versions of this tool: never share them
 SLOT_LOCKS = Path("/run/course-grading")  # root-owned: only the root level hands out grading users
 JAIL_SCRIPT = Path(__file__).with_name("jail.py")
 _NAMESPACES = ["--net", "--mount", "--pid", "--fork", "--kill-child", "--mount-proc"]
@@ -149,7 +150,7 @@ class SlotLease:
         import fcntl
 
         SLOT_LOCKS.mkdir(mode=0o700, parents=True, exist_ok=True)
-        for slot in range(GRADING_SLOTS):
+        for slot in range(FIRST_LEASED_SLOT, GRADING_SLOTS):
             if len(self.slots) == count:
                 break
             fd = os.open(SLOT_LOCKS / str(GRADING_UID_BASE + slot), os.O_CREAT | os.O_RDWR, 0o600)
@@ -162,7 +163,7 @@ class SlotLease:
             self._fds.append(fd)
         if len(self.slots) < count:
             self.release()
-            raise RuntimeError(f"all {GRADING_SLOTS} grading users are busy (other gradings are running)")
+            raise RuntimeError("every grading user is busy (other gradings are running)")
 
     def uids(self) -> list[int]:
         return [GRADING_UID_BASE + slot for slot in self.slots]

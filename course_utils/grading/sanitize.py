@@ -465,6 +465,14 @@ def without_grader_cells(nb: NotebookNode, notes: list[str]) -> NotebookNode:
     """The grader's code cells removed, and the notes (if any) as a markdown cell on top."""
     out = copy.deepcopy(nb)
     out.cells = [c for c in out.cells if role(c) not in {"preamble", "guard", "notes"}]
+    count = 0
+    for cell in out.cells:  # number the cells that ran 1, 2, ... as if the grader's had not been there
+        if cell.get("cell_type") == "code" and cell.get("execution_count") is not None:
+            count += 1
+            cell.execution_count = count
+            for output in cell.get("outputs", []):
+                if "execution_count" in output:
+                    output["execution_count"] = count
     if notes:
         out.cells.insert(0, notes_cell(notes))
     return out

@@ -32,6 +32,7 @@ from pathlib import Path
 
 import nbformat
 
+from course_utils.grading.execute import GRADER_PROBLEM
 from course_utils.grading.sandbox import GRADING_UID_BASE, Limits, Protections, SlotLease, jail_argv, worker_prefix
 
 __all__ = ["WorkerPool", "run_job"]
@@ -75,6 +76,22 @@ def _mount_private_tmp(size: int) -> bool:
     finally:
         for fd in keep.values():
             os.close(fd)
+
+
+def _open_folder(path: str | None, unmount_tmp: bool) -> int | None:
+    """A descriptor of ``path``, taken before this job's private ``/tmp`` hides it (None if unreadable).
+
+    The previous job's ``/tmp`` is unmounted first, so that a folder under the real ``/tmp``
+    (a course in a temporary directory) is the one opened.
+    """
+    if not path:
+        return None
+    if unmount_tmp:
+        ctypes.CDLL(None, use_errno=True).umount2(b"/tmp", _MNT_DETACH)
+    try:
+        return os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    except OSError:
+        return None
 
 
 def _kill_user(uid: int) -> None:
@@ -121,6 +138,7 @@ def run_job(job: dict) -> dict:
     limits = Limits(**job["limits"])
     protections = Protections(job["level"])
     notes: list[str] = []
+    files = _open_folder(job.get("files"), unmount_tmp=job.get("private_tmp", False))
     private = job.get("private_tmp", False) and _mount_private_tmp(limits.disk_bytes)
     base = Path(tempfile.mkdtemp(prefix="course-grade-"))
     base.chmod(0o711)
@@ -129,10 +147,15 @@ def run_job(job: dict) -> dict:
     uid = GRADING_UID_BASE + job["slot"] if protections.level == "root" else None
     if uid is not None:
         os.chown(workdir, uid, uid)
-    if job.get("files"):
-        skipped = _copy_files(Path(job["files"]), workdir, uid)
+    if files is not None:
+        try:
+            skipped = _copy_files(Path(f"/proc/self/fd/{files}"), workdir, uid)
+        finally:
+            os.close(files)
         if skipped:
             notes.append("Not available to the notebook while grading: " + ", ".join(skipped) + ".")
+    elif job.get("files"):
+        notes.append(f"{GRADER_PROBLEM}: the assignment's files in {job['files']} could not be read.")
     nb = nbformat.from_dict(job["nb"])
 
     def new_kernel() -> JailedKernelManager:
