@@ -92,7 +92,8 @@ def _trusted_roots() -> tuple[str, ...]:
     package = sys.modules.get("course_utils")
     if package is not None and getattr(package, "__path__", None):
         roots.update(os.path.dirname(p) for p in package.__path__)
-    return tuple(sorted({os.path.realpath(r).rstrip(os.sep) + os.sep for r in roots if r}))
+    resolved = {os.path.realpath(r).rstrip(os.sep) + os.sep for r in roots if r}
+    return tuple(sorted(r for r in resolved if r != os.sep))  # "/" as a prefix would trust everything
 
 
 def _installed_file(filename: object, roots: tuple[str, ...]) -> bool:
