@@ -34,6 +34,7 @@ from nbclient.exceptions import CellTimeoutError, DeadKernelError
 from nbformat import NotebookNode
 from nbformat.v4 import new_output
 
+from course_utils.grading.guard import digest
 from course_utils.grading.sandbox import Limits
 from course_utils.grading.sanitize import is_test, role
 
@@ -41,6 +42,7 @@ __all__ = ["GRADER_PROBLEM", "JailedKernelManager", "drop_profiler_chatter", "ex
 
 GRADER_PROBLEM = "Grader problem"  # notes that start so are the grader's fault, not the learner's
 
+BYPASSED = "the grader's integrity check did not answer (the submission replaced it): the tests cannot be trusted"
 PREAMBLE_TIMEOUT = 120.0  # importing torch on a loaded machine; not the learner's time
 INTERRUPT_GRACE = 10.0  # seconds a kernel gets to answer after an interrupt before it is killed
 
@@ -192,9 +194,14 @@ def execute(
     new_kernel: Callable[[], JailedKernelManager],
     limits: Limits,
     notes: list[str],
+    token: str | None = None,
 ) -> NotebookNode:
-    """Run ``nb`` (with grader cells) in place; append what went wrong to ``notes``."""
-    _run(nb, new_kernel, limits, notes)
+    """Run ``nb`` (with grader cells) in place; append what went wrong to ``notes``.
+
+    ``token`` is the secret each new kernel finds in ``guard.TOKEN_FILE``: every guard cell
+    must answer with its ``guard.digest``.
+    """
+    _run(nb, new_kernel, limits, notes, token)
     drop_profiler_chatter(nb)
     for index, cell in enumerate(nb.cells):
         for output in cell.get("outputs", []) if is_test(cell) else []:
@@ -203,11 +210,20 @@ def execute(
     return nb
 
 
+def _answered(cell: NotebookNode, expected: str) -> bool:
+    """Whether a guard cell's result is the expected digest (its ``execute_result``)."""
+    return any(
+        output.get("output_type") == "execute_result" and output.get("data", {}).get("text/plain") == repr(expected)
+        for output in cell.get("outputs", [])
+    )
+
+
 def _run(
     nb: NotebookNode,
     new_kernel: Callable[[], JailedKernelManager],
     limits: Limits,
     notes: list[str],
+    token: str | None,
 ) -> NotebookNode:
     deadline = time.monotonic() + limits.notebook_timeout
     code = [i for i, c in enumerate(nb.cells) if c.cell_type == "code" and c.source.strip()]
@@ -262,6 +278,8 @@ def _run(
                         position += 1
                         give_up("not run: the grader's preamble failed")
                         return nb
+                    if kind == "guard" and not _has_error(cell) and not _answered(cell, digest(token, index)):
+                        _fail(cell, "GradingIntegrityError", BYPASSED)
                     if kind == "guard" and _has_error(cell):
                         message = _has_error(cell) or "tampering detected"
                         notes.append(f"Before {_label(nb, index + 1)}: {message}.")

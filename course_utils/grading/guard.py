@@ -1,10 +1,16 @@
 """The grader's own code inside the grading kernel: tamper checks before every test cell, and
 a watch on the values each test cell compares, so that objects that lie earn no points.
 
-Contract, grader side: ``preamble(nb)`` is the source of the first cell the grader runs,
-before any learner code; ``GUARD`` is the source of the cell it runs right before every
-test cell. Kernel side (this module is imported inside the kernel; it only imports the
-standard library until ``install`` is told which modules the notebook uses):
+Contract, grader side: ``preamble(sources)`` is the source of the first cell the grader
+runs, before any learner code; ``guard(index)`` is the source of the cell it runs right
+before every test cell (``index``: the guard cell's position in the notebook). The guard
+cell answers with ``digest(token, index)``, an HMAC of a secret the worker hands the
+kernel in ``TOKEN_FILE`` (read and deleted by ``install``, before any learner code runs):
+the executor fails every later test when the answer is missing or wrong, so a submission
+that replaces the guard (say, through ``builtins.__import__``) without finding the secret
+in the kernel's memory is caught from outside the kernel. Kernel side (this module is
+imported inside the kernel; it only imports the standard library until ``install`` is
+told which modules the notebook uses):
 
 * ``install`` records the objects the tests rely on: comparison functions of torch, numpy
   and math, the ``course_utils.checks`` helpers and the references they bound, a few
@@ -50,11 +56,21 @@ import os
 import sys
 import types
 
-__all__ = ["GUARD", "ROLE_KEY", "GradingIntegrityError", "check", "install", "preamble", "watched_modules"]
+__all__ = [
+    "ROLE_KEY",
+    "TOKEN_FILE",
+    "GradingIntegrityError",
+    "check",
+    "digest",
+    "guard",
+    "install",
+    "preamble",
+    "watched_modules",
+]
 
 ROLE_KEY = "course_grading"
 HELPERS = "__course_grading__"  # the name the rewritten test cell calls the checks through
-GUARD = '__import__("course_utils.grading.guard", fromlist=["check"]).check()'
+TOKEN_FILE = ".course-grading-token"  # in the kernel's working directory until ``install`` reads it
 
 _MAX_ITEMS = 10_000  # elements of one container inspected
 _MAX_DEPTH = 6
@@ -71,6 +87,19 @@ def watched_modules(sources: list[str]) -> list[str]:
     if "course_utils" in text:
         wanted.append("course_utils")
     return wanted
+
+
+def guard(index: int) -> str:
+    """The source of the guard cell at position ``index`` of the notebook."""
+    return f'__import__("course_utils.grading.guard", fromlist=["check"]).check({int(index)})'
+
+
+def digest(token: str | None, index: int) -> str:
+    """What the guard cell at ``index`` answers when the secret is ``token``."""
+    import hashlib
+    import hmac
+
+    return hmac.new((token or "").encode(), str(index).encode(), hashlib.sha256).hexdigest()[:32]
 
 
 def preamble(sources: list[str]) -> str:
@@ -119,6 +148,7 @@ class _State:
         import builtins
         import math
 
+        self.token = _read_token()
         self.shell = shell
         self.roots = _trusted_roots()
         self.armed = False
@@ -471,6 +501,17 @@ class _TestCellTransformer(ast.NodeTransformer):
 _state: _State | None = None
 
 
+def _read_token() -> str | None:
+    """The worker's secret for this kernel, removed from the disk as soon as it is read."""
+    try:
+        with open(TOKEN_FILE, encoding="ascii") as handle:
+            token = handle.read().strip()
+        os.unlink(TOKEN_FILE)
+    except OSError:
+        return None
+    return token or None
+
+
 def install(shell, modules: list[str]) -> None:
     """Record the originals and register the test-cell transformer (the grader's first cell)."""
     global _state
@@ -479,8 +520,11 @@ def install(shell, modules: list[str]) -> None:
     _state = _State(shell, modules)
 
 
-def check() -> None:
-    """Before a test cell: fail if anything the tests rely on was replaced, else arm the transformer."""
+def check(index: int = 0) -> str:
+    """Before a test cell: fail if anything the tests rely on was replaced, else arm the transformer.
+
+    Returns the answer the executor checks (``digest`` of the kernel's secret and ``index``).
+    """
     state = _state
     if state is None:
         raise GradingIntegrityError("the grader's checks are missing: the tests cannot be trusted")
@@ -492,3 +536,4 @@ def check() -> None:
         )
     state.shell.user_ns[HELPERS] = state.helpers
     state.armed = True
+    return digest(state.token, index)

@@ -32,7 +32,7 @@ import nbformat
 from nbformat import NotebookNode
 from nbformat.v4 import new_code_cell, new_markdown_cell, new_output
 
-from course_utils.grading.guard import GUARD, ROLE_KEY, preamble
+from course_utils.grading.guard import ROLE_KEY, guard, preamble
 
 __all__ = [
     "MAX_SUBMISSION_BYTES",
@@ -455,7 +455,7 @@ def with_grader_cells(nb: NotebookNode) -> NotebookNode:
     cells = [_grader_cell(preamble([c.source for c in nb.cells if c.cell_type == "code"]), "preamble")]
     for cell in out.cells:
         if is_test(cell):
-            cells.append(_grader_cell(GUARD, "guard"))
+            cells.append(_grader_cell(guard(len(cells)), "guard"))
         cells.append(cell)
     out.cells = cells
     return out

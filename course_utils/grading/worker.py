@@ -21,6 +21,7 @@ import json
 import logging
 import os
 import queue
+import secrets
 import shutil
 import subprocess
 import sys
@@ -33,6 +34,7 @@ from pathlib import Path
 import nbformat
 
 from course_utils.grading.execute import GRADER_PROBLEM
+from course_utils.grading.guard import TOKEN_FILE
 from course_utils.grading.sandbox import GRADING_UID_BASE, Limits, Protections, SlotLease, jail_argv, worker_prefix
 
 __all__ = ["WorkerPool", "run_job"]
@@ -157,8 +159,14 @@ def run_job(job: dict) -> dict:
     elif job.get("files"):
         notes.append(f"{GRADER_PROBLEM}: the assignment's files in {job['files']} could not be read.")
     nb = nbformat.from_dict(job["nb"])
+    token = secrets.token_hex(16)
 
     def new_kernel() -> JailedKernelManager:
+        secret = workdir / TOKEN_FILE  # the preamble reads and deletes it before any learner code runs
+        secret.write_text(token, encoding="ascii")
+        secret.chmod(0o600)
+        if uid is not None:
+            os.chown(secret, uid, uid)
         km = JailedKernelManager(kernel_name="python3")
         connection = workdir / "kernel.json"
         connection.unlink(missing_ok=True)
@@ -174,7 +182,7 @@ def run_job(job: dict) -> dict:
         return km
 
     try:
-        execute(nb, new_kernel, limits, notes)
+        execute(nb, new_kernel, limits, notes, token)
     finally:
         if protections.level == "root":
             _kill_user(GRADING_UID_BASE + job["slot"])
