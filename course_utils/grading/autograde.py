@@ -364,27 +364,39 @@ def autograde(
     students: list[str] | None = None,
     force: bool = True,
     progress: bool = True,
+    pool: WorkerPool | None = None,
 ) -> Summary:
-    """Grade every matching submission; see the module docstring."""
+    """Grade every matching submission; see the module docstring.
+
+    ``pool`` is a started ``WorkerPool`` to use (the command starts one before importing
+    this module, so that the workers get ready meanwhile); by default one of ``jobs``
+    workers is started first thing.
+    """
     from sqlalchemy.exc import SAWarning
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", SAWarning)  # nbgrader's gradebook warns about its own session use
-        return _autograde(course, jobs, limits, protections, assignments, students, force, progress)
+        if pool is not None:
+            return _autograde(course, pool, limits, assignments, students, force, progress)
+        protections = protections or detect()
+        hide = [p for p in (course.root, course.notebooks) if p is not None]
+        with WorkerPool(jobs, protections, Limits(), hide) as started:  # the workers get ready meanwhile
+            return _autograde(course, started, limits, assignments, students, force, progress)
 
 
-def _autograde(course, jobs, limits, protections, assignments, students, force, progress) -> Summary:
+def _autograde(course, pool, limits, assignments, students, force, progress) -> Summary:
     started = time.monotonic()
     submissions, ignored = find_submissions(course, assignments, students)
-    protections = protections or detect()
     limits = limits or default_limits(course)
-    summary = Summary(protections=protections, ignored=ignored)
+    threads = max(1, _cores() // pool.jobs)  # one kernel thread per core is enough: the workers use the cores
+    pool.limits = Limits(**{**limits.to_dict(), "threads": threads})
+    summary = Summary(protections=pool.protections, ignored=ignored)
     todo = [s for s in submissions if force or _stale(course, s)]
     summary.skipped = [s for s in submissions if s not in todo]
     run = _Run(course, summary)
-    tasks: list[tuple[str, dict]] = []
     jobs_of: dict[str, tuple[Submission, str, Prepared]] = {}
-    for sub in todo:
+    bar = _progress(sum(len(s.notebooks) for s in todo), progress)
+    for sub in todo:  # the workers run the first notebooks while the next submissions are prepared
         prepared = run.start(sub)
         run.pending[sub]["left_names"] = [name for name, _ in prepared]
         for name, item in prepared:
@@ -392,29 +404,25 @@ def _autograde(course, jobs, limits, protections, assignments, students, force, 
                 key = str(len(jobs_of))
                 jobs_of[key] = (sub, name, item)
                 files = course.folder("autograded", sub.assignment, sub.student)
-                tasks.append((key, {"nb": with_grader_cells(item.nb), "files": str(files)}))
+                pool.submit(key, {"nb": with_grader_cells(item.nb), "files": str(files)})
             else:
                 run.finish(sub, name, item.nb, item.notes, 0.0)
+                bar.update(1)
         if run.pending[sub]["left"] == 0:
             run.done(sub)
-    bar = _progress(len(tasks), progress)
-    hide = [p for p in (course.root, course.notebooks) if p is not None]
-    if tasks:
-        threads = max(1, _cores() // max(1, jobs))  # one kernel thread per core is enough: the workers use the cores
-        pool = WorkerPool(jobs, protections, Limits(**{**limits.to_dict(), "threads": threads}), hide)
-        for key, result in pool.run(tasks):
-            sub, name, item = jobs_of[key]
-            notes = item.notes + result.get("notes", [])
-            if "nb" in result:
-                nb = nbformat.from_dict(result["nb"])
-            else:
-                nb = fail_all_tests(item.nb, f"grader error: {result['error']}")
-                notes.append(f"Grader error: {result['error']}.")
-            run.finish(sub, name, nb, notes, result.get("seconds", 0.0))
-            if run.pending[sub]["left"] == 0:
-                run.done(sub)
-            bar.update(1)
-        summary.uids = pool.uids
+    for key, result in pool.results():
+        sub, name, item = jobs_of[key]
+        notes = item.notes + result.get("notes", [])
+        if "nb" in result:
+            nb = nbformat.from_dict(result["nb"])
+        else:
+            nb = fail_all_tests(item.nb, f"grader error: {result['error']}")
+            notes.append(f"Grader error: {result['error']}.")
+        run.finish(sub, name, nb, notes, result.get("seconds", 0.0))
+        if run.pending[sub]["left"] == 0:
+            run.done(sub)
+        bar.update(1)
+    summary.uids = pool.uids
     bar.close()
     course.protect()
     summary.graded.sort(key=lambda g: (g.submission.assignment, g.submission.student))

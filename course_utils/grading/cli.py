@@ -115,20 +115,23 @@ def _collect(course, args) -> int:
 
 
 def _autograde(course, args) -> int:
-    from course_utils.grading.autograde import autograde
+    from course_utils.grading.worker import WorkerPool
 
     protections = detect(args.sandbox)
     print(protections.describe(), file=sys.stderr)
-    summary = autograde(
-        course,
-        jobs=args.jobs,
-        limits=_limits(course, args),
-        protections=protections,
-        assignments=args.assignment,
-        students=args.student,
-        force=args.force,
-        progress=not args.no_progress,
-    )
+    hide = [p for p in (course.root, course.notebooks) if p is not None]
+    with WorkerPool(args.jobs, protections, Limits(), hide) as pool:  # the workers start while we import
+        from course_utils.grading.autograde import autograde
+
+        summary = autograde(
+            course,
+            limits=_limits(course, args),
+            assignments=args.assignment,
+            students=args.student,
+            force=args.force,
+            progress=not args.no_progress,
+            pool=pool,
+        )
     for note in summary.ignored:
         print(f"not graded: {note}")
     for graded in summary.graded:
@@ -182,6 +185,10 @@ _STEPS = {
 
 
 def main(argv: list[str] | None = None) -> int:
+    # jsonschema (under nbformat) imports rfc3987_syntax, if installed, to check "iri" formats that no
+    # notebook schema uses; building its grammar costs about 1.5 s of CPU per process. The command and
+    # its workers do without it (jsonschema then skips that format check).
+    sys.modules.setdefault("rfc3987_syntax", None)  # type: ignore[assignment]
     args = _parser().parse_args(argv)
     try:
         course = default_course(args.course, args.notebooks)

@@ -31,19 +31,19 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-import nbformat
-
-from course_utils.grading.execute import GRADER_PROBLEM
 from course_utils.grading.guard import TOKEN_FILE
 from course_utils.grading.sandbox import GRADING_UID_BASE, Limits, Protections, SlotLease, jail_argv, worker_prefix
 
 __all__ = ["WorkerPool", "run_job"]
 
 _PACKAGE_DIR = Path(__file__).resolve().parents[1]
-# Start the worker with a bare `course_utils` package so that its __init__ (which imports torch) never runs.
+# Start the worker with a bare `course_utils` package so that its __init__ never runs, and without
+# `rfc3987_syntax`, which jsonschema (under nbformat) imports for a format check notebooks never use:
+# building its grammar costs about 1.5 s of CPU per process (see cli.main).
 _BOOTSTRAP = (
     f"import sys, types; p = types.ModuleType('course_utils'); p.__path__ = [{str(_PACKAGE_DIR)!r}]; "
-    "sys.modules['course_utils'] = p; from course_utils.grading.worker import serve; serve()"
+    "sys.modules['course_utils'] = p; sys.modules['rfc3987_syntax'] = None; "
+    "from course_utils.grading.worker import serve; serve()"
 )
 _MNT_DETACH = 2
 
@@ -134,7 +134,9 @@ def _copy_files(source: Path, workdir: Path, uid: int | None) -> list[str]:
 
 def run_job(job: dict) -> dict:
     """Execute one notebook (called inside a worker)."""
-    from course_utils.grading.execute import JailedKernelManager, execute
+    import nbformat  # here, not at the top: the pool's side starts workers without importing nbformat
+
+    from course_utils.grading.execute import GRADER_PROBLEM, JailedKernelManager, execute
 
     started = time.monotonic()
     limits = Limits(**job["limits"])
@@ -206,7 +208,14 @@ def serve() -> None:
 
 
 class WorkerPool:
-    """``jobs`` grading workers fed from one queue."""
+    """``jobs`` grading workers fed from one queue.
+
+    As a context manager the workers start at once, so that they get ready while the
+    caller is still preparing jobs: ``submit`` jobs, then iterate ``results()``. ``run``
+    does both for a list of jobs.
+    """
+
+    _DONE = None  # tells a feeding thread that no more jobs will come
 
     def __init__(self, jobs: int, protections: Protections, limits: Limits, hide: list[Path]):
         self.jobs = max(1, jobs)
@@ -214,7 +223,13 @@ class WorkerPool:
         self.limits = limits
         self.hide = [str(p) for p in hide]
         self.uids: list[int] = []  # the grading users this pool's kernels ran as (root level)
+        self._todo: queue.Queue = queue.Queue()
+        self._done: queue.Queue = queue.Queue()
+        self._submitted = 0
+        self._threads: list[threading.Thread] = []
+        self._lease: SlotLease | None = None
         self._log = tempfile.NamedTemporaryFile(prefix="course-workers-", suffix=".log", delete=False)  # noqa: SIM115
+        self._crashed = False
 
     def _start(self) -> subprocess.Popen:
         argv = [*worker_prefix(self.protections), sys.executable, "-c", _BOOTSTRAP]
@@ -222,80 +237,85 @@ class WorkerPool:
             argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._log, text=True, bufsize=1
         )
 
-    def run(self, tasks: list[tuple[str, dict]]) -> Iterator[tuple[str, dict]]:
-        """Yield (task id, result) for every (task id, job) as they finish.
-
-        A job is ``{"nb": notebook dict, "files": folder or None}``.
-        """
-        workers = min(self.jobs, len(tasks))
-        lease = SlotLease(workers, self.protections.level == "root")
+    def __enter__(self) -> WorkerPool:
+        self._lease = SlotLease(self.jobs, self.protections.level == "root")
         if self.protections.level == "root":
-            self.uids = lease.uids()
-        try:
-            yield from self._run(tasks, lease.slots)
-        finally:
-            lease.release()
-
-    def _run(self, tasks: list[tuple[str, dict]], slots: list[int]) -> Iterator[tuple[str, dict]]:
-        todo: queue.Queue = queue.Queue()
-        for task in tasks:
-            todo.put(task)
-        done: queue.Queue = queue.Queue()
-
-        def feed(slot: int) -> None:
-            worker = self._start()
-            try:
-                while True:
-                    try:
-                        task_id, task = todo.get_nowait()
-                    except queue.Empty:
-                        return
-                    job = {
-                        "nb": task["nb"],
-                        "files": task.get("files"),
-                        "slot": slot,
-                        "limits": self.limits.to_dict(),
-                        "level": self.protections.level,
-                        "hide": self.hide,
-                        "private_tmp": self.protections.namespaces,
-                    }
-                    line = ""
-                    try:
-                        assert worker.stdin is not None and worker.stdout is not None
-                        worker.stdin.write(json.dumps(job) + "\n")
-                        worker.stdin.flush()
-                        line = worker.stdout.readline()
-                    except (BrokenPipeError, OSError):
-                        pass
-                    if line:
-                        done.put((task_id, json.loads(line)))
-                    else:
-                        done.put((task_id, {"error": "the grading worker died", "notes": [], "seconds": 0.0}))
-                        worker.kill()
-                        worker.wait()
-                        worker = self._start()
-            finally:
-                if worker.stdin:
-                    worker.stdin.close()
-                try:
-                    worker.wait(timeout=30)
-                except subprocess.TimeoutExpired:
-                    worker.kill()
-
-        threads = [threading.Thread(target=feed, args=(slot,), daemon=True) for slot in slots]
-        for thread in threads:
+            self.uids = self._lease.uids()
+        self._threads = [threading.Thread(target=self._feed, args=(slot,), daemon=True) for slot in self._lease.slots]
+        for thread in self._threads:
             thread.start()
-        crashed = False
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        for _ in self._threads:
+            self._todo.put(self._DONE)
+        for thread in self._threads:
+            thread.join()
+        if self._lease is not None:
+            self._lease.release()
+        self._log.close()
+        if not self._crashed:
+            os.unlink(self._log.name)
+
+    def submit(self, task_id: str, task: dict) -> None:
+        """Queue a job: ``{"nb": notebook dict, "files": folder or None}``."""
+        self._submitted += 1
+        self._todo.put((task_id, task))
+
+    def results(self) -> Iterator[tuple[str, dict]]:
+        """(task id, result) of every submitted job, as they finish."""
+        while self._submitted:
+            task_id, result = self._done.get()
+            self._submitted -= 1
+            if result.get("error") == "the grading worker died":
+                self._crashed = True
+                result["error"] += f" (its log: {self._log.name})"
+            yield task_id, result
+
+    def run(self, tasks: list[tuple[str, dict]]) -> Iterator[tuple[str, dict]]:
+        """Yield (task id, result) for every (task id, job) as they finish."""
+        self.jobs = min(self.jobs, max(1, len(tasks)))
+        with self:
+            for task_id, task in tasks:
+                self.submit(task_id, task)
+            yield from self.results()
+
+    def _feed(self, slot: int) -> None:
+        worker = self._start()
         try:
-            for _ in tasks:
-                task_id, result = done.get()
-                if result.get("error") == "the grading worker died":
-                    crashed = True
-                    result["error"] += f" (its log: {self._log.name})"
-                yield task_id, result
-            for thread in threads:
-                thread.join()
+            while True:
+                item = self._todo.get()
+                if item is self._DONE:
+                    return
+                task_id, task = item
+                job = {
+                    "nb": task["nb"],
+                    "files": task.get("files"),
+                    "slot": slot,
+                    "limits": self.limits.to_dict(),
+                    "level": self.protections.level,
+                    "hide": self.hide,
+                    "private_tmp": self.protections.namespaces,
+                }
+                line = ""
+                try:
+                    assert worker.stdin is not None and worker.stdout is not None
+                    worker.stdin.write(json.dumps(job) + "\n")
+                    worker.stdin.flush()
+                    line = worker.stdout.readline()
+                except (BrokenPipeError, OSError):
+                    pass
+                if line:
+                    self._done.put((task_id, json.loads(line)))
+                else:
+                    self._done.put((task_id, {"error": "the grading worker died", "notes": [], "seconds": 0.0}))
+                    worker.kill()
+                    worker.wait()
+                    worker = self._start()
         finally:
-            self._log.close()
-            if not crashed:
-                os.unlink(self._log.name)
+            if worker.stdin:
+                worker.stdin.close()
+            try:
+                worker.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                worker.kill()
