@@ -36,6 +36,16 @@ def test_default_course_is_the_current_directory_with_a_config(tmp_path, monkeyp
     assert course.root == tmp_path.resolve() and course.notebooks is None and course.course_id == "other"
 
 
+@pytest.fixture(scope="module")
+def released(tmp_path_factory) -> Path:
+    """A standard course with its assignment released (copied by each test that needs it)."""
+    root = tmp_path_factory.mktemp("released") / "course"
+    root.mkdir()
+    shutil.copytree(FIXTURES / "compat_course" / "source", root / "source")
+    release(Course(root))
+    return root
+
+
 @pytest.mark.parametrize(
     ("setup", "argv", "message"),
     [
@@ -49,13 +59,15 @@ def test_default_course_is_the_current_directory_with_a_config(tmp_path, monkeyp
         ("released", ["validate", "missing.ipynb"], "no notebook at missing.ipynb"),
     ],
 )
-def test_nothing_to_do_says_why_and_fails_without_a_traceback(tmp_path, monkeypatch, capsys, setup, argv, message):
+def test_nothing_to_do_says_why_and_fails_without_a_traceback(
+    tmp_path, monkeypatch, capsys, released, setup, argv, message
+):
     monkeypatch.chdir(tmp_path)
     root = tmp_path / "course"
-    root.mkdir()
     if setup == "released":
-        shutil.copytree(FIXTURES / "compat_course" / "source", root / "source")
-        release(Course(root))
+        shutil.copytree(released, root)
+    else:
+        root.mkdir()
     status = main(["--course", str(root), *argv])
     err = capsys.readouterr().err
     assert status == 1

@@ -101,16 +101,14 @@ def find_leaks(source: NotebookNode, released: NotebookNode) -> list[str]:
     return leaks
 
 
-def _set_duedate(course: Course, assignment: str, duedate: str) -> None:
+def _parse_duedate(duedate: str):  # -> datetime, as nbgrader reads it
     from nbgrader.utils import parse_utc
 
     try:
-        when = parse_utc(duedate)
+        return parse_utc(duedate)
     except (ValueError, OverflowError) as error:
         example = "2026-01-31 17:00:00 UTC"
         raise ReleaseError(f"cannot read the due date {duedate!r} ({error}); write e.g. {example!r}") from None
-    with course.gradebook() as gb:
-        gb.update_or_create_assignment(assignment, duedate=when)
 
 
 def release(course: Course, assignments: list[str] | None = None, *, duedate: str | None = None) -> list[Path]:
@@ -120,6 +118,7 @@ def release(course: Course, assignments: list[str] | None = None, *, duedate: st
     reads, e.g. ``2026-01-31 17:00:00 UTC``) is recorded in the gradebook, where nbgrader's
     late-submission penalty reads it.
     """
+    when = _parse_duedate(duedate) if duedate else None
     _sync_sources(course, _repo_notebooks(course))
     available = course.assignments()
     if not available:
@@ -150,8 +149,9 @@ def release(course: Course, assignments: list[str] | None = None, *, duedate: st
                 raise ReleaseError(f"{name}/{notebook}.ipynb would leak:\n" + "\n".join(leaks))
             nbformat.write(released, target)  # the way Jupyter and nbstripout write: committed releases diff cleanly
             written.append(target)
-        if duedate:
-            _set_duedate(course, name, duedate)
+        if when is not None:
+            with course.gradebook() as gb:
+                gb.update_or_create_assignment(name, duedate=when)
     course.protect()
     return written
 

@@ -107,26 +107,38 @@ def _kill_user(uid: int) -> None:
                 pass
 
 
-def _copy_files(source: Path, workdir: Path, uid: int | None) -> list[str]:
-    """Copy the assignment's other files into the kernel's working directory; return what was left out."""
-    skipped = []
+_MAX_FILES = 10_000  # files copied into one kernel's working directory at most
+
+
+def _copy_files(source: Path, workdir: Path, uid: int | None, budget: int) -> list[str]:
+    """Copy the assignment's other files into the kernel's working directory; return what was left out.
+
+    Notebooks, checkpoints and symbolic links stay out; so does everything past ``budget``
+    bytes or ``_MAX_FILES`` files (a notebook validated in a crowded folder, say).
+    """
+    skipped, copied, used = [], 0, 0
     for path in sorted(source.rglob("*")):
         relative = path.relative_to(source)
+        if path.suffix == ".ipynb" or ".ipynb_checkpoints" in relative.parts:
+            continue
         if path.is_symlink():
             skipped.append(f"{relative} (a symbolic link)")
-            continue
-        if path.suffix == ".ipynb" or ".ipynb_checkpoints" in relative.parts:
             continue
         target = workdir / relative
         if path.is_dir():
             target.mkdir(exist_ok=True)
         elif path.is_file():
+            size = path.stat().st_size
+            if copied >= _MAX_FILES or used + size > budget:
+                skipped.append(f"{relative} (over the {_MAX_FILES} files or {budget >> 20} MB copied at most)")
+                continue
             target.parent.mkdir(parents=True, exist_ok=True)
             try:
                 shutil.copyfile(path, target)
             except OSError as error:
                 skipped.append(f"{relative} ({error.strerror or error})")
                 continue
+            copied, used = copied + 1, used + size
         if uid is not None and target.exists():
             os.chown(target, uid, uid)
     return skipped
@@ -153,11 +165,12 @@ def run_job(job: dict) -> dict:
         os.chown(workdir, uid, uid)
     if files is not None:
         try:
-            skipped = _copy_files(Path(f"/proc/self/fd/{files}"), workdir, uid)
+            skipped = _copy_files(Path(f"/proc/self/fd/{files}"), workdir, uid, limits.disk_bytes // 2)
         finally:
             os.close(files)
         if skipped:
-            notes.append("Not available to the notebook while grading: " + ", ".join(skipped) + ".")
+            shown = ", ".join(skipped[:5]) + (f" and {len(skipped) - 5} more" if len(skipped) > 5 else "")
+            notes.append(f"Not available to the notebook while grading: {shown}.")
     elif job.get("files"):
         notes.append(f"{GRADER_PROBLEM}: the assignment's files in {job['files']} could not be read.")
     nb = nbformat.from_dict(job["nb"])
