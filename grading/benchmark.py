@@ -146,8 +146,8 @@ def main() -> None:
         print(f"machine: {platform.machine()}, {os.cpu_count()} cores, load average {os.getloadavg()[0]:.1f}")
         print(f"class: {len(submissions)} submissions of {', '.join(assignments)}")
         started = time.perf_counter()
-        for _student, assignment, folder in submissions:
-            work = tmp / "bare" / folder.name
+        for student, assignment, folder in submissions:
+            work = tmp / "bare" / student / assignment
             shutil.copytree(base.folder("source", assignment), work, ignore=shutil.ignore_patterns("*.ipynb"))
             for path in sorted(folder.glob("*.ipynb")):
                 nb = nbformat.read(path, as_version=4)

@@ -190,7 +190,8 @@ class Course:
         """
         if self.coursedir.groupshared:
             return
-        for folder in (self.source, self.submitted, self.autograded, self.feedback, self.exports):
+        replaced = self.root / "submitted_replaced"  # older submissions `collect` kept aside
+        for folder in (self.source, self.submitted, replaced, self.autograded, self.feedback, self.exports):
             if folder.is_dir():
                 folder.chmod(0o700)
         if self.db_path is not None and self.db_path.exists():

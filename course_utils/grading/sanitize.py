@@ -372,6 +372,8 @@ def _restore(nb: NotebookNode, spec: SourceNotebook, notes: list[str]) -> None:
                 f"`{source.name}` ({'written answer' if source.cell_type == 'markdown' else 'graded answer'}) "
                 "is missing from the submission: it has no score until graded by hand."
             )
+        elif source.solution:
+            notes.append(f"No answer cell `{source.name}` in the submission (nor a cell defining its function).")
     for cell in nb.cells:
         meta = nbgrader_meta(cell)
         if meta.get("locked") and "checksum" in meta and utils.compute_checksum(cell) != meta["checksum"]:
