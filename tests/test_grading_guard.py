@@ -4,8 +4,10 @@ One notebook runs in one jailed grading kernel: answers that return a tensor sub
 ``__torch_function__`` makes ``allclose``/``equal``/``item`` pass, a Python ``__eq__`` that
 always holds, a ``float`` whose comparisons lie, a tensor subclass with a lying ``shape``,
 next to honest answers (plain tensors, ``nn.Parameter``, a class of the learner's own
-compared with another of its kind) that must still pass. Then a ``TorchFunctionMode`` left
-active is caught by the guard and every later test fails.
+compared with another of its kind) that must still pass, also after libraries hooked into
+the kernel (matplotlib's inline backend, ``torch.set_default_device``). Then a
+``TorchFunctionMode`` and an event callback of the submission's own are caught by the guard
+and every later test fails.
 """
 
 from __future__ import annotations
@@ -69,6 +71,13 @@ def lying_shape(x):
 
 def honest(x):
     return 2 * x
+
+
+# libraries may hook into the kernel legitimately: that is no tampering
+import matplotlib_inline.backend_inline
+
+get_ipython().events.register("post_execute", matplotlib_inline.backend_inline.flush_figures)
+torch.set_default_device("cpu")  # leaves torch's DeviceContext function mode active
 '''
 
 TESTS = {
@@ -98,6 +107,13 @@ class AlwaysClose(TorchFunctionMode):
 
 
 AlwaysClose().__enter__()
+
+
+def _after_each_cell():  # the submission's own code around each cell
+    pass
+
+
+get_ipython().events.register("post_run_cell", _after_each_cell)
 '''
 
 
@@ -149,7 +165,8 @@ def test_honest_answers_still_pass(executed, name):
     assert errors[name] is None, errors[name]
 
 
-def test_a_torch_function_mode_left_active_fails_every_later_test(executed):
+def test_a_torch_function_mode_or_a_callback_of_the_submissions_fails_every_later_test(executed):
     errors, notes = executed
     assert errors["mode_left_active"][0] == errors["after_the_mode"][0] == "GradingIntegrityError"
-    assert any("TorchFunctionMode" in note for note in notes)
+    note = next(note for note in notes if note.startswith("Before `mode_left_active`"))
+    assert "TorchFunctionMode" in note and "IPython event callbacks" in note

@@ -262,17 +262,35 @@ class _State:
         self.lists = self._lists()
         self.events = {event: list(callbacks) for event, callbacks in shell.events.callbacks.items()}
         self.trace = (sys.gettrace(), sys.getprofile())
-        self.modes = self._modes()
         self.helpers = types.SimpleNamespace(value=self.inspect_value, compare=self.compare, truth=self.truth)
         self.fingerprint = self._fingerprint()
 
     # -- tampering ----------------------------------------------------------------------
 
-    def _modes(self) -> tuple[int, int]:
+    def _modes(self) -> list[object]:
+        """torch's active function and dispatch modes (``torch.set_default_device`` leaves one, say)."""
         torch = getattr(self, "torch", None)
         if torch is None:
-            return (0, 0)
-        return (torch._C._len_torch_function_stack(), torch._C._len_torch_dispatch_stack())
+            return []
+        modes = [torch._C._get_function_stack_at(i) for i in range(torch._C._len_torch_function_stack())]
+        return modes + [torch._C._get_dispatch_stack_at(i) for i in range(torch._C._len_torch_dispatch_stack())]
+
+    def _trusted(self, value: object) -> bool:
+        """Whether a callable or object comes from installed code (torch, matplotlib, ...), not the submission."""
+        files = _code_files(value)
+        if files:
+            return all(_installed_file(f, self.roots) for f in files)
+        if isinstance(value, types.BuiltinFunctionType | types.BuiltinMethodType | types.MethodWrapperType):
+            return True  # C code of the interpreter or an extension: nothing a submission wrote
+        cls = value if isinstance(value, type) else type(value)
+        module = sys.modules.get(getattr(cls, "__module__", "") or "")
+        if cls.__module__ == "__main__" or not _installed_file(getattr(module, "__file__", None), self.roots):
+            return False
+        return all(_installed_file(f, self.roots) for klass in cls.__mro__ for v in vars(klass).values()
+                   for f in _code_files(v))  # fmt: skip
+
+    def _added_untrusted(self, now: list, before: list) -> bool:
+        return any(not self._trusted(item) for item in now if not any(item is old for old in before))
 
     def tampering(self) -> list[str]:
         shell = self.shell
@@ -289,14 +307,21 @@ class _State:
         changed += [f"the name {name!r}" for name, value in names if user.get(name, value) is not value]
         if getattr(shell, "custom_exceptions", ()) != ():
             changed.append("IPython custom exception handler (set_custom_exc)")
-        if self._lists() != self.lists:
+        # libraries may add their own hooks (matplotlib's inline backend adds an event callback,
+        # torch.set_default_device a function mode): only the submission's own code is refused
+        lists = self._lists()
+        if self.transformer not in lists.get("ast_transformers", []) or any(
+            self._added_untrusted(items, self.lists.get(name, [])) for name, items in lists.items()
+        ):
             changed.append("IPython's input or AST transformers (code that rewrites cells)")
-        events = {event: list(callbacks) for event, callbacks in shell.events.callbacks.items()}
-        if events != self.events:
-            changed.append("IPython event callbacks (code that runs around each cell)")
-        if (sys.gettrace(), sys.getprofile()) != self.trace:
+        for event, callbacks in shell.events.callbacks.items():
+            if self._added_untrusted(list(callbacks), self.events.get(event, [])):
+                changed.append("IPython event callbacks (code that runs around each cell)")
+                break
+        hooks = [hook for hook in (sys.gettrace(), sys.getprofile()) if hook is not None]
+        if self._added_untrusted(hooks, [hook for hook in self.trace if hook is not None]):
             changed.append("the interpreter's trace or profile function")
-        if self._modes() != self.modes:
+        if any(not self._trusted(mode) for mode in self._modes()):
             changed.append("torch's function or dispatch mode stack (a TorchFunctionMode left active)")
         if self._fingerprint() != self.fingerprint:
             changed.append("the grader's own checks")
