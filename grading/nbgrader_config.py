@@ -1,10 +1,11 @@
-"""nbgrader configuration of the course directory, for plain `nbgrader` commands run in grading/.
+"""nbgrader configuration of this course directory.
 
-The `course` command (course_utils.grading) sets the same values in code (`Course.config()`);
-keep the two in step.
+Both plain `nbgrader` (run in grading/) and the `course` command read it: `course` loads
+it with nbgrader's own application class, so every nbgrader option set here applies to
+`course release`, `autograde`, `feedback` and `export` too (see grading/README.md).
 """
 
 c = get_config()  # noqa: F821
 
 c.CourseDirectory.course_id = "optimization-course"
-c.Execute.timeout = 60
+c.Execute.timeout = 60  # seconds per cell; `course autograde --cell-timeout` overrides it

@@ -1,7 +1,9 @@
-"""The ``course`` command line: the learner's ``validate`` and the instructor's steps."""
+"""The ``course`` command line: the learner's ``validate``, and clear errors instead of silent no-ops."""
 
 from __future__ import annotations
 
+import json
+import shutil
 import sys
 from pathlib import Path
 
@@ -9,7 +11,7 @@ import nbformat
 import pytest
 
 from course_utils.grading.cli import main
-from course_utils.grading.course import Course
+from course_utils.grading.course import REPO_ROOT, Course, default_course
 from course_utils.grading.release import release
 
 FIXTURES = Path(__file__).parent / "fixtures" / "grading"
@@ -25,6 +27,53 @@ def test_help_lists_every_step(capsys):
         assert step in out
 
 
+def test_default_course_is_the_current_directory_with_a_config(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert default_course().root == REPO_ROOT / "grading"
+    assert default_course().notebooks == REPO_ROOT / "notebooks"
+    (tmp_path / "nbgrader_config.py").write_text('c = get_config()\nc.CourseDirectory.course_id = "other"\n')
+    course = default_course()
+    assert course.root == tmp_path.resolve() and course.notebooks is None and course.course_id == "other"
+
+
+@pytest.fixture(scope="module")
+def released(tmp_path_factory) -> Path:
+    """A standard course with its assignment released (copied by each test that needs it)."""
+    root = tmp_path_factory.mktemp("released") / "course"
+    root.mkdir()
+    shutil.copytree(FIXTURES / "compat_course" / "source", root / "source")
+    release(Course(root))
+    return root
+
+
+@pytest.mark.parametrize(
+    ("setup", "argv", "message"),
+    [
+        ("empty", ["release"], "no assignments in"),
+        ("empty", ["autograde"], "has no assignments: run `course release` first"),
+        ("empty", ["feedback"], "no autograded submissions"),
+        ("released", ["autograde", "--assignment", "nope"], "no assignment nope in the gradebook"),
+        ("released", ["autograde"], "no submissions of ps1"),
+        ("released", ["collect", "missing-folder"], "does not exist"),
+        ("released", ["export"], "no graded submissions"),
+        ("released", ["validate", "missing.ipynb"], "no notebook at missing.ipynb"),
+    ],
+)
+def test_nothing_to_do_says_why_and_fails_without_a_traceback(
+    tmp_path, monkeypatch, capsys, released, setup, argv, message
+):
+    monkeypatch.chdir(tmp_path)
+    root = tmp_path / "course"
+    if setup == "released":
+        shutil.copytree(released, root)
+    else:
+        root.mkdir()
+    status = main(["--course", str(root), *argv])
+    err = capsys.readouterr().err
+    assert status == 1
+    assert message in err and "Traceback" not in err
+
+
 def test_validate_reports_visible_tests(tmp_path, capsys):
     course = Course(root=tmp_path / "grading", notebooks=FIXTURES / "notebooks")
     release(course)
@@ -35,9 +84,13 @@ def test_validate_reports_visible_tests(tmp_path, capsys):
     path = tmp_path / f"{cases.ASSIGNMENT}.ipynb"
     nbformat.write(partial, path)
     args = ["--course", str(course.root), "--notebooks", str(course.notebooks), "validate", str(path)]
-    status = main([*args, "--cell-timeout", "30"])
-    out = capsys.readouterr().out
-    assert status == 1
-    assert "PASS  ex1_matmul_flops_tests (1 pt)" in out and "PASS  ex3_mean_abs_error_tests (1 pt)" in out
-    assert "FAIL  ex2_standardize_tests (2 pt): AssertionError: standardize(x) has the right shape" in out
-    assert "visible tests: 2 / 4 points" in out
+    status = main([*args, "--cell-timeout", "30", "--json"])
+    verdict = json.loads(capsys.readouterr().out)
+    assert status == 1 and not verdict["ok"] and verdict["changed"] == []
+    assert [(c["grade_id"], c["status"]) for c in verdict["cells"]] == [
+        ("ex1_matmul_flops_tests", "pass"),
+        ("ex2_standardize_tests", "fail"),
+        ("ex3_mean_abs_error_tests", "pass"),
+    ]
+    assert verdict["cells"][1]["message"].startswith("AssertionError: standardize(x) has the right shape")
+    assert (verdict["score"], verdict["max_score"]) == (2, 4)

@@ -24,9 +24,10 @@ import pytest
 from course_utils.grading.autograde import autograde
 from course_utils.grading.collect import collect
 from course_utils.grading.course import Course
+from course_utils.grading.export import export
+from course_utils.grading.feedback import feedback
 from course_utils.grading.release import release
-from course_utils.grading.report import export, feedback
-from course_utils.grading.sandbox import GRADING_UID_BASE, Limits, MiB, detect
+from course_utils.grading.sandbox import Limits, MiB, detect
 
 FIXTURES = Path(__file__).parent / "fixtures" / "grading"
 sys.path.insert(0, str(FIXTURES))
@@ -95,15 +96,15 @@ def graded(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("course")
     course = Course(root=tmp / "grading", notebooks=FIXTURES / "notebooks")
     release(course)
-    released = nbformat.read(course.notebook(course.release, cases.ASSIGNMENT), as_version=4)
+    released = nbformat.read(_notebook(course, "release"), as_version=4)
     download = tmp / "lms_download.zip"
     with zipfile.ZipFile(download, "w") as archive:
         for name, data in cases.build_all(released).items():
             archive.writestr(f"{name}_{cases.ASSIGNMENT}.ipynb", data)
     collected = collect(course, download)
     # secrets the snooping case looks for: in the instructor's files and in another student's submission
-    (course.source / cases.ASSIGNMENT / f"{cases.CANARY}.txt").write_text("solutions")
-    (course.submitted / "correct" / cases.ASSIGNMENT / f"{cases.CANARY}-other.txt").write_text("work")
+    (course.folder("source", cases.ASSIGNMENT) / f"{cases.CANARY}.txt").write_text("solutions")
+    (course.folder("submitted", cases.ASSIGNMENT, "correct") / f"{cases.CANARY}-other.txt").write_text("work")
     listener = Listener(cases.NETWORK_PORT)
     started = time.monotonic()
     try:
@@ -113,7 +114,7 @@ def graded(tmp_path_factory):
     seconds = time.monotonic() - started
     print(f"\nautograded {len(summary.graded)} submissions in {seconds:.1f} s ({PROTECTIONS.level} sandbox)")
     feedback_files = feedback(course)
-    grades_csv, totals_csv = export(course)
+    grades_csv, totals_csv = export(course).files
     return {
         "course": course,
         "collected": collected,
@@ -123,6 +124,10 @@ def graded(tmp_path_factory):
         "grades": grades_csv,
         "totals": totals_csv,
     }
+
+
+def _notebook(course: Course, step: str, student: str = ".") -> Path:
+    return course.folder(step, cases.ASSIGNMENT, student) / f"{cases.ASSIGNMENT}.ipynb"
 
 
 def _by_student(graded) -> dict:
@@ -151,7 +156,7 @@ def test_no_grader_errors_and_summary(graded):
 
 
 def _outputs(course: Course, student: str) -> str:
-    nb = nbformat.read(course.notebook(course.autograded, cases.ASSIGNMENT, student), as_version=4)
+    nb = nbformat.read(_notebook(course, "autograded", student), as_version=4)
     return "\n".join(str(o.get("text", "")) for c in nb.cells if c.cell_type == "code" for o in c.outputs)
 
 
@@ -171,18 +176,19 @@ def test_sandbox_held(graded):
 
 def test_nothing_left_running(graded):
     assert not _sleepers(), "processes started by a submission survived grading"
-    if PROTECTIONS.level == "root":
-        for entry in Path("/proc").iterdir():
-            if entry.name.isdigit():
-                try:
-                    uid = entry.stat().st_uid
-                except OSError:
-                    continue
-                assert not GRADING_UID_BASE <= uid < GRADING_UID_BASE + 2, f"process {entry.name} of uid {uid} left"
+    uids = set(graded["summary"].uids)
+    assert bool(uids) == (PROTECTIONS.level == "root")
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                uid = entry.stat().st_uid
+            except OSError:
+                continue
+            assert uid not in uids, f"process {entry.name} of grading user {uid} left behind"
 
 
 def test_flood_is_capped(graded):
-    path = graded["course"].notebook(graded["course"].autograded, cases.ASSIGNMENT, "floods_output")
+    path = _notebook(graded["course"], "autograded", "floods_output")
     assert path.stat().st_size < 20 * TEST_LIMITS.output_bytes
     assert "output truncated by the grader" in path.read_text()
 

@@ -1,4 +1,4 @@
-"""``course release``: student versions without solutions or hidden tests, kept current."""
+"""``course release``: student versions without solutions or hidden tests, for any course, kept current."""
 
 from __future__ import annotations
 
@@ -9,27 +9,30 @@ import nbformat
 import pytest
 
 from course_utils.grading.course import REPO_ROOT, Course, default_course
-from course_utils.grading.release import find_leaks, release, secret_blocks, stale_releases
+from course_utils.grading.release import ReleaseError, find_leaks, release, secret_blocks, stale_releases
 
-FIXTURES = Path(__file__).parent / "fixtures" / "grading" / "notebooks"
+FIXTURES = Path(__file__).parent / "fixtures" / "grading"
 REAL_NOTEBOOKS = sorted((REPO_ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
+NAME = "90_grade_fixture_tensors"
 
 
 @pytest.fixture(scope="module")
 def fixture_course(tmp_path_factory):
-    course = Course(root=tmp_path_factory.mktemp("fixture") / "grading", notebooks=FIXTURES)
+    course = Course(root=tmp_path_factory.mktemp("fixture") / "grading", notebooks=FIXTURES / "notebooks")
     release(course)
     return course
 
 
+def _read(course: Course, step: str, assignment: str, notebook: str) -> nbformat.NotebookNode:
+    return nbformat.read(course.folder(step, assignment) / f"{notebook}.ipynb", as_version=4)
+
+
 def test_release_replaces_solutions_and_drops_hidden_tests(fixture_course):
     course = fixture_course
-    name = "90_grade_fixture_tensors"
-    source = nbformat.read(course.notebook(course.source, name), as_version=4)
-    released = nbformat.read(course.notebook(course.release, name), as_version=4)
+    source, released = _read(course, "source", NAME, NAME), _read(course, "release", NAME, NAME)
     assert len(secret_blocks(source)) == 6  # three solutions, three hidden-test blocks
     assert find_leaks(source, released) == []
-    text = course.notebook(course.release, name).read_text()
+    text = (course.folder("release", NAME) / f"{NAME}.ipynb").read_text()
     for secret in ("return 2 * m * n * k", "matmul_flops(7, 5, 3)", "BEGIN HIDDEN", "BEGIN SOLUTION"):
         assert secret not in text
     stubs = [c for c in released.cells if c.metadata.get("nbgrader", {}).get("solution")]
@@ -38,15 +41,39 @@ def test_release_replaces_solutions_and_drops_hidden_tests(fixture_course):
         not c.get("outputs") and c.get("execution_count") is None for c in released.cells if c.cell_type == "code"
     )
     with course.gradebook() as gb:  # the gradebook keeps the hidden tests for grading
-        cells = {c.name: c.source for c in gb.find_notebook(name, name).source_cells}
+        cells = {c.name: c.source for c in gb.find_notebook(NAME, NAME).source_cells}
     assert "matmul_flops(7, 5, 3)" in cells["ex1_matmul_flops_tests"]
+
+
+def test_any_course_releases_every_notebook_and_file_of_source(tmp_path):
+    """A standard nbgrader course: notebooks of any name, data and images beside them, a due date."""
+    course = Course(tmp_path / "compat")
+    shutil.copytree(FIXTURES / "compat_course", course.root)
+    written = release(course, duedate="2026-01-10 17:00:00 UTC")
+    assert sorted(p.name for p in written) == ["essay.ipynb", "problems.ipynb"]
+    folder = course.folder("release", "ps1")
+    assert (folder / "data" / "points.csv").is_file() and (folder / "images" / "diagram.png").is_file()
+    essay = _read(course, "release", "ps1", "essay")
+    assert "YOUR ANSWER HERE" in essay.cells[2].source  # the written answer's model text is gone
+    with course.gradebook() as gb:
+        assert gb.find_assignment("ps1").duedate.isoformat() == "2026-01-10T17:00:00"
+    assert stale_releases(course) == []
+
+
+def test_nothing_to_release_or_an_unknown_name_is_an_error(tmp_path):
+    with pytest.raises(ReleaseError, match="no assignments in"):
+        release(Course(tmp_path / "empty"))
+    course = Course(tmp_path / "compat")
+    shutil.copytree(FIXTURES / "compat_course", course.root)
+    with pytest.raises(ReleaseError, match=r"no such assignment.*ps2.*have: ps1"):
+        release(course, ["ps2"])
+    with pytest.raises(ReleaseError, match="cannot read the due date"):
+        release(course, duedate="next tuesday-ish")
 
 
 def test_find_leaks_reports_a_solution_line_in_the_release(fixture_course):
     course = fixture_course
-    name = "90_grade_fixture_tensors"
-    source = nbformat.read(course.notebook(course.source, name), as_version=4)
-    released = nbformat.read(course.notebook(course.release, name), as_version=4)
+    source, released = _read(course, "source", NAME, NAME), _read(course, "release", NAME, NAME)
     released.cells[0].source += "\n\nHint: `return 2 * m * n * k`"
     released.cells[-1].source += '\ncheck_int(matmul_flops(7, 5, 3), 210, "matmul_flops(7, 5, 3)")'
     leaks = find_leaks(source, released)
@@ -57,10 +84,10 @@ def test_stale_release_is_reported(fixture_course, tmp_path):
     copy = Course(root=tmp_path / "grading", notebooks=fixture_course.notebooks)
     shutil.copytree(fixture_course.root, copy.root)
     assert stale_releases(copy, fixture_course) == []
-    target = copy.notebook(copy.release, "90_grade_fixture_tensors")
+    target = copy.folder("release", NAME) / f"{NAME}.ipynb"
     target.write_text(target.read_text().replace("Exercise 1", "Exercise one"))
     assert stale_releases(copy, fixture_course) == [
-        "90_grade_fixture_tensors: release is out of date with notebooks/ (run `course release`)"
+        f"{NAME}: release is out of date with notebooks/ (changed {NAME}.ipynb; run `course release`)"
     ]
 
 
@@ -75,10 +102,10 @@ def real_release(tmp_path_factory):
 
 def test_release_of_every_real_notebook_works_and_leaks_nothing(real_release):
     for path in REAL_NOTEBOOKS:
-        released = nbformat.read(real_release.notebook(real_release.release, path.stem), as_version=4)
+        released = _read(real_release, "release", path.stem, path.stem)
         assert find_leaks(nbformat.read(path, as_version=4), released) == []
 
 
 def test_committed_releases_are_current(real_release):
-    problems = stale_releases(default_course(), real_release)
+    problems = stale_releases(default_course(REPO_ROOT / "grading"), real_release)
     assert not problems, "\n".join(problems)

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from course_utils.grading.sandbox import GRADING_UID_BASE, Limits, Protections, detect, jail_argv
+from course_utils.grading.sandbox import GRADING_UID_BASE, Limits, Protections, SlotLease, detect, jail_argv
 
 PROTECTIONS = detect()
 
@@ -70,3 +70,18 @@ def test_namespaces_hide_course_files_and_cut_the_network(tmp_path):
     assert (secret / "gradebook.db").read_text() == "grades"
     if PROTECTIONS.level == "root":
         assert out[1] == str(GRADING_UID_BASE + 7)
+
+
+@pytest.mark.skipif(PROTECTIONS.level != "root", reason="grading users are leased at the root level only")
+def test_two_gradings_at_once_never_share_a_grading_user():
+    first, second = SlotLease(2, root=True), SlotLease(2, root=True)
+    try:
+        assert len(set(first.uids()) | set(second.uids())) == 4
+        assert all(uid >= GRADING_UID_BASE + 16 for uid in first.uids() + second.uids())
+        first.release()
+        third = SlotLease(2, root=True)  # may take the released slots, never the held ones
+        assert not set(third.slots) & set(second.slots)
+        third.release()
+    finally:
+        first.release()
+        second.release()

@@ -1,15 +1,19 @@
-"""Run one rebuilt notebook in a jailed kernel, whatever the learner's code does.
+"""Run one prepared notebook in a jailed kernel, whatever the learner's code does.
 
 Contract: ``execute(nb, ...)`` runs every code cell in order in a kernel started through
 the jail, and always returns: each cell's outputs (capped at ``Limits.output_bytes`` per
 cell), plus notes in plain words for the feedback. When a cell exceeds its time limit or
 the kernel dies (``os._exit``, a segfault, ``exit()``, the memory limit), that cell gets an
-error output saying so, a fresh kernel replays the cells that had run, and grading goes on
-from the next cell, up to ``Limits.restarts`` times and within the notebook's time limit;
-cells that could not run get an error output, so a test that never ran never scores.
-When a guard cell finds patched comparison functions, every remaining test cell fails
-with the guard's message, without running. A reply with status "error" but no error
-output (a suppressed traceback) gets its error output back, as nbgrader does.
+error output saying so. A cell over its time limit is first interrupted, as nbgrader does
+(the kernel keeps what the cell did before the interrupt and grading goes on in it); when
+the kernel does not answer the interrupt, or dies, a fresh kernel replays the cells that
+had run and grading goes on from the next cell, up to ``Limits.restarts`` times and within
+the notebook's time limit; cells that could not run get an error output, so a test that
+never ran never scores. When a guard cell finds patched comparison functions, every
+remaining test cell fails with the guard's message, without running; when a test cell
+meets an object that lies (``guard``), it fails and the notes say what was found. A reply
+with status "error" but no error output (a suppressed traceback) gets its error output
+back, as nbgrader does.
 """
 
 from __future__ import annotations
@@ -30,14 +34,17 @@ from nbclient.exceptions import CellTimeoutError, DeadKernelError
 from nbformat import NotebookNode
 from nbformat.v4 import new_output
 
-from course_utils.grading.rebuild import is_test, role
+from course_utils.grading.guard import digest
 from course_utils.grading.sandbox import Limits
+from course_utils.grading.sanitize import is_test, role
 
 __all__ = ["GRADER_PROBLEM", "JailedKernelManager", "drop_profiler_chatter", "execute"]
 
 GRADER_PROBLEM = "Grader problem"  # notes that start so are the grader's fault, not the learner's
 
+BYPASSED = "the grader's integrity check did not answer (the submission replaced it): the tests cannot be trusted"
 PREAMBLE_TIMEOUT = 120.0  # importing torch on a loaded machine; not the learner's time
+INTERRUPT_GRACE = 10.0  # seconds a kernel gets to answer after an interrupt before it is killed
 
 
 class JailedKernelManager(AsyncKernelManager):
@@ -187,11 +194,28 @@ def execute(
     new_kernel: Callable[[], JailedKernelManager],
     limits: Limits,
     notes: list[str],
+    token: str | None = None,
 ) -> NotebookNode:
-    """Run ``nb`` (with grader cells) in place; append what went wrong to ``notes``."""
-    _run(nb, new_kernel, limits, notes)
+    """Run ``nb`` (with grader cells) in place; append what went wrong to ``notes``.
+
+    ``token`` is the secret each new kernel finds in ``guard.TOKEN_FILE``: every guard cell
+    must answer with its ``guard.digest``.
+    """
+    _run(nb, new_kernel, limits, notes, token)
     drop_profiler_chatter(nb)
+    for index, cell in enumerate(nb.cells):
+        for output in cell.get("outputs", []) if is_test(cell) else []:
+            if output.get("ename") == "GradingIntegrityError" and str(output.get("evalue", "")).startswith("the test"):
+                notes.append(f"{_label(nb, index)}: {output['evalue']}.")
     return nb
+
+
+def _answered(cell: NotebookNode, expected: str) -> bool:
+    """Whether a guard cell's result is the expected digest (its ``execute_result``)."""
+    return any(
+        output.get("output_type") == "execute_result" and output.get("data", {}).get("text/plain") == repr(expected)
+        for output in cell.get("outputs", [])
+    )
 
 
 def _run(
@@ -199,6 +223,7 @@ def _run(
     new_kernel: Callable[[], JailedKernelManager],
     limits: Limits,
     notes: list[str],
+    token: str | None,
 ) -> NotebookNode:
     deadline = time.monotonic() + limits.notebook_timeout
     code = [i for i, c in enumerate(nb.cells) if c.cell_type == "code" and c.source.strip()]
@@ -239,6 +264,9 @@ def _run(
                     except CellTimeoutError:
                         _fail(cell, "CellTimeoutError", f"the cell exceeded its {limit:.0f} s time limit")
                         notes.append(f"Cell {_label(nb, index)} exceeded its {limit:.0f} s time limit.")
+                        if kind is None and _interrupted(client, km, deadline):
+                            position += 1  # the kernel keeps what the cell did before the interrupt, as in nbgrader
+                            continue
                         raise
                     except DeadKernelError:
                         words = _exit_words(km.exit_status())
@@ -250,6 +278,8 @@ def _run(
                         position += 1
                         give_up("not run: the grader's preamble failed")
                         return nb
+                    if kind == "guard" and not _has_error(cell) and not _answered(cell, digest(token, index)):
+                        _fail(cell, "GradingIntegrityError", BYPASSED)
                     if kind == "guard" and _has_error(cell):
                         message = _has_error(cell) or "tampering detected"
                         notes.append(f"Before {_label(nb, index + 1)}: {message}.")
@@ -291,6 +321,20 @@ def _run(
         finally:
             _kill(km)
     return nb
+
+
+def _interrupted(client: _Client, km: JailedKernelManager, deadline: float) -> bool:
+    """Interrupt the kernel after a timeout; True when it answers again (a probe cell runs)."""
+    grace = min(INTERRUPT_GRACE, deadline - time.monotonic())
+    if grace < 1:
+        return False
+    try:
+        run_sync(km.interrupt_kernel)()
+        client.timeout = int(grace)
+        probe = client.kc.execute("pass", silent=True, store_history=False)
+        return client.wait_for_reply(probe) is not None
+    except Exception:  # no answer, or the kernel died: the caller restarts it
+        return False
 
 
 def _kill(km: JailedKernelManager) -> None:

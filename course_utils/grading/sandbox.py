@@ -28,9 +28,21 @@ import sys
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-__all__ = ["GRADING_UID_BASE", "Limits", "Protections", "detect", "jail_argv", "kernel_env", "worker_prefix"]
+__all__ = [
+    "GRADING_UID_BASE",
+    "Limits",
+    "Protections",
+    "SlotLease",
+    "detect",
+    "jail_argv",
+    "kernel_env",
+    "worker_prefix",
+]
 
 GRADING_UID_BASE = 61000
+GRADING_SLOTS = 1000  # grading users 61000..61999
+FIRST_LEASED_SLOT = 16  # 61000..61015 were used unleased by earlier versions of this tool: never share them
+SLOT_LOCKS = Path("/run/course-grading")  # root-owned: only the root level hands out grading users
 JAIL_SCRIPT = Path(__file__).with_name("jail.py")
 _NAMESPACES = ["--net", "--mount", "--pid", "--fork", "--kill-child", "--mount-proc"]
 GiB = 1 << 30
@@ -119,6 +131,47 @@ def detect(level: str = "auto") -> Protections:
             return Protections(candidate, tuple(notes))
         notes.append(f"{candidate}-level isolation was tried and is not permitted here")
     return Protections("none", tuple(notes))
+
+
+class SlotLease:
+    """Grading-user slots held for the life of a pool, so that two gradings at once never share a user.
+
+    Each slot is an exclusive ``flock`` on ``/run/course-grading/<uid>``; the lock goes with
+    the process, so a crashed run frees its slots. Below the root level the kernels run as
+    the instructor and slots only number the workers.
+    """
+
+    def __init__(self, count: int, root: bool):
+        self.slots: list[int] = []
+        self._fds: list[int] = []
+        if not root:
+            self.slots = list(range(count))
+            return
+        import fcntl
+
+        SLOT_LOCKS.mkdir(mode=0o700, parents=True, exist_ok=True)
+        for slot in range(FIRST_LEASED_SLOT, GRADING_SLOTS):
+            if len(self.slots) == count:
+                break
+            fd = os.open(SLOT_LOCKS / str(GRADING_UID_BASE + slot), os.O_CREAT | os.O_RDWR, 0o600)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError:
+                os.close(fd)
+                continue
+            self.slots.append(slot)
+            self._fds.append(fd)
+        if len(self.slots) < count:
+            self.release()
+            raise RuntimeError("every grading user is busy (other gradings are running)")
+
+    def uids(self) -> list[int]:
+        return [GRADING_UID_BASE + slot for slot in self.slots]
+
+    def release(self) -> None:
+        for fd in self._fds:
+            os.close(fd)
+        self._fds = []
 
 
 def worker_prefix(protections: Protections) -> list[str]:

@@ -3,10 +3,15 @@
 Contract: ``WorkerPool(jobs, ...)`` starts ``jobs`` worker processes (each in a mount
 namespace of its own when the sandbox level allows, so that every job gets a fresh,
 size-limited ``/tmp``) and ``pool.run(tasks)`` yields ``(task_id, result)`` as jobs finish,
-in completion order. A result is a dict with the executed notebook, the notes and the
-seconds taken; a worker that dies mid-job is replaced and the job reported as a grader
-error, never lost. Workers talk JSON lines over their stdin/stdout; they start without
-importing torch (the ``course_utils`` package ``__init__`` is bypassed).
+in completion order. A job may name a folder of the assignment's other files (data,
+images): they are copied into the kernel's working directory first (notebooks and
+symbolic links left out), as nbgrader runs a notebook beside them. A result is a dict
+with the executed notebook, the notes and the seconds taken; a worker that dies mid-job
+is replaced and the job reported as a grader error, never lost. At the root level each
+worker runs its kernels as a grading user of its own, leased for the pool's life
+(``sandbox.SlotLease``), so concurrent gradings never kill each other's kernels. Workers
+talk JSON lines over their stdin/stdout; they start without importing torch (the
+``course_utils`` package ``__init__`` is bypassed).
 """
 
 from __future__ import annotations
@@ -16,6 +21,7 @@ import json
 import logging
 import os
 import queue
+import secrets
 import shutil
 import subprocess
 import sys
@@ -25,17 +31,19 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-import nbformat
-
-from course_utils.grading.sandbox import GRADING_UID_BASE, Limits, Protections, jail_argv, worker_prefix
+from course_utils.grading.guard import TOKEN_FILE
+from course_utils.grading.sandbox import GRADING_UID_BASE, Limits, Protections, SlotLease, jail_argv, worker_prefix
 
 __all__ = ["WorkerPool", "run_job"]
 
 _PACKAGE_DIR = Path(__file__).resolve().parents[1]
-# Start the worker with a bare `course_utils` package so that its __init__ (which imports torch) never runs.
+# Start the worker with a bare `course_utils` package so that its __init__ never runs, and without
+# `rfc3987_syntax`, which jsonschema (under nbformat) imports for a format check notebooks never use:
+# building its grammar costs about 1.5 s of CPU per process (see cli.main).
 _BOOTSTRAP = (
     f"import sys, types; p = types.ModuleType('course_utils'); p.__path__ = [{str(_PACKAGE_DIR)!r}]; "
-    "sys.modules['course_utils'] = p; from course_utils.grading.worker import serve; serve()"
+    "sys.modules['course_utils'] = p; sys.modules['rfc3987_syntax'] = None; "
+    "from course_utils.grading.worker import serve; serve()"
 )
 _MNT_DETACH = 2
 
@@ -72,6 +80,22 @@ def _mount_private_tmp(size: int) -> bool:
             os.close(fd)
 
 
+def _open_folder(path: str | None, unmount_tmp: bool) -> int | None:
+    """A descriptor of ``path``, taken before this job's private ``/tmp`` hides it (None if unreadable).
+
+    The previous job's ``/tmp`` is unmounted first, so that a folder under the real ``/tmp``
+    (a course in a temporary directory) is the one opened.
+    """
+    if not path:
+        return None
+    if unmount_tmp:
+        ctypes.CDLL(None, use_errno=True).umount2(b"/tmp", _MNT_DETACH)
+    try:
+        return os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    except OSError:
+        return None
+
+
 def _kill_user(uid: int) -> None:
     """Kill whatever still runs as this slot's grading user (nothing else ever does)."""
     for entry in os.listdir("/proc"):
@@ -83,25 +107,81 @@ def _kill_user(uid: int) -> None:
                 pass
 
 
+_MAX_FILES = 10_000  # files copied into one kernel's working directory at most
+
+
+def _copy_files(source: Path, workdir: Path, uid: int | None, budget: int) -> list[str]:
+    """Copy the assignment's other files into the kernel's working directory; return what was left out.
+
+    Notebooks, checkpoints and symbolic links stay out; so does everything past ``budget``
+    bytes or ``_MAX_FILES`` files (a notebook validated in a crowded folder, say).
+    """
+    skipped, copied, used = [], 0, 0
+    for path in sorted(source.rglob("*")):
+        relative = path.relative_to(source)
+        if path.suffix == ".ipynb" or ".ipynb_checkpoints" in relative.parts:
+            continue
+        if path.is_symlink():
+            skipped.append(f"{relative} (a symbolic link)")
+            continue
+        target = workdir / relative
+        if path.is_dir():
+            target.mkdir(exist_ok=True)
+        elif path.is_file():
+            size = path.stat().st_size
+            if copied >= _MAX_FILES or used + size > budget:
+                skipped.append(f"{relative} (over the {_MAX_FILES} files or {budget >> 20} MB copied at most)")
+                continue
+            target.parent.mkdir(parents=True, exist_ok=True)
+            try:
+                shutil.copyfile(path, target)
+            except OSError as error:
+                skipped.append(f"{relative} ({error.strerror or error})")
+                continue
+            copied, used = copied + 1, used + size
+        if uid is not None and target.exists():
+            os.chown(target, uid, uid)
+    return skipped
+
+
 def run_job(job: dict) -> dict:
     """Execute one notebook (called inside a worker)."""
-    from course_utils.grading.execute import JailedKernelManager, execute
+    import nbformat  # here, not at the top: the pool's side starts workers without importing nbformat
+
+    from course_utils.grading.execute import GRADER_PROBLEM, JailedKernelManager, execute
 
     started = time.monotonic()
     limits = Limits(**job["limits"])
     protections = Protections(job["level"])
     notes: list[str] = []
+    files = _open_folder(job.get("files"), unmount_tmp=job.get("private_tmp", False))
     private = job.get("private_tmp", False) and _mount_private_tmp(limits.disk_bytes)
     base = Path(tempfile.mkdtemp(prefix="course-grade-"))
     base.chmod(0o711)
     workdir = base / "work"
     workdir.mkdir(mode=0o700)
-    if protections.level == "root":
-        uid = GRADING_UID_BASE + job["slot"]
+    uid = GRADING_UID_BASE + job["slot"] if protections.level == "root" else None
+    if uid is not None:
         os.chown(workdir, uid, uid)
+    if files is not None:
+        try:
+            skipped = _copy_files(Path(f"/proc/self/fd/{files}"), workdir, uid, limits.disk_bytes // 2)
+        finally:
+            os.close(files)
+        if skipped:
+            shown = ", ".join(skipped[:5]) + (f" and {len(skipped) - 5} more" if len(skipped) > 5 else "")
+            notes.append(f"Not available to the notebook while grading: {shown}.")
+    elif job.get("files"):
+        notes.append(f"{GRADER_PROBLEM}: the assignment's files in {job['files']} could not be read.")
     nb = nbformat.from_dict(job["nb"])
+    token = secrets.token_hex(16)
 
     def new_kernel() -> JailedKernelManager:
+        secret = workdir / TOKEN_FILE  # the preamble reads and deletes it before any learner code runs
+        secret.write_text(token, encoding="ascii")
+        secret.chmod(0o600)
+        if uid is not None:
+            os.chown(secret, uid, uid)
         km = JailedKernelManager(kernel_name="python3")
         connection = workdir / "kernel.json"
         connection.unlink(missing_ok=True)
@@ -117,7 +197,7 @@ def run_job(job: dict) -> dict:
         return km
 
     try:
-        execute(nb, new_kernel, limits, notes)
+        execute(nb, new_kernel, limits, notes, token)
     finally:
         if protections.level == "root":
             _kill_user(GRADING_UID_BASE + job["slot"])
@@ -141,14 +221,28 @@ def serve() -> None:
 
 
 class WorkerPool:
-    """``jobs`` grading workers fed from one queue."""
+    """``jobs`` grading workers fed from one queue.
+
+    As a context manager the workers start at once, so that they get ready while the
+    caller is still preparing jobs: ``submit`` jobs, then iterate ``results()``. ``run``
+    does both for a list of jobs.
+    """
+
+    _DONE = None  # tells a feeding thread that no more jobs will come
 
     def __init__(self, jobs: int, protections: Protections, limits: Limits, hide: list[Path]):
         self.jobs = max(1, jobs)
         self.protections = protections
         self.limits = limits
         self.hide = [str(p) for p in hide]
+        self.uids: list[int] = []  # the grading users this pool's kernels ran as (root level)
+        self._todo: queue.Queue = queue.Queue()
+        self._done: queue.Queue = queue.Queue()
+        self._submitted = 0
+        self._threads: list[threading.Thread] = []
+        self._lease: SlotLease | None = None
         self._log = tempfile.NamedTemporaryFile(prefix="course-workers-", suffix=".log", delete=False)  # noqa: SIM115
+        self._crashed = False
 
     def _start(self) -> subprocess.Popen:
         argv = [*worker_prefix(self.protections), sys.executable, "-c", _BOOTSTRAP]
@@ -156,67 +250,85 @@ class WorkerPool:
             argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._log, text=True, bufsize=1
         )
 
-    def run(self, tasks: list[tuple[str, dict]]) -> Iterator[tuple[str, dict]]:
-        """Yield (task id, result) for every (task id, notebook dict) as they finish."""
-        todo: queue.Queue = queue.Queue()
-        for task in tasks:
-            todo.put(task)
-        done: queue.Queue = queue.Queue()
-
-        def feed(slot: int) -> None:
-            worker = self._start()
-            try:
-                while True:
-                    try:
-                        task_id, nb = todo.get_nowait()
-                    except queue.Empty:
-                        return
-                    job = {
-                        "nb": nb,
-                        "slot": slot,
-                        "limits": self.limits.to_dict(),
-                        "level": self.protections.level,
-                        "hide": self.hide,
-                        "private_tmp": self.protections.namespaces,
-                    }
-                    line = ""
-                    try:
-                        assert worker.stdin is not None and worker.stdout is not None
-                        worker.stdin.write(json.dumps(job) + "\n")
-                        worker.stdin.flush()
-                        line = worker.stdout.readline()
-                    except (BrokenPipeError, OSError):
-                        pass
-                    if line:
-                        done.put((task_id, json.loads(line)))
-                    else:
-                        done.put((task_id, {"error": "the grading worker died", "notes": [], "seconds": 0.0}))
-                        worker.kill()
-                        worker.wait()
-                        worker = self._start()
-            finally:
-                if worker.stdin:
-                    worker.stdin.close()
-                try:
-                    worker.wait(timeout=30)
-                except subprocess.TimeoutExpired:
-                    worker.kill()
-
-        workers = min(self.jobs, len(tasks))
-        threads = [threading.Thread(target=feed, args=(slot,), daemon=True) for slot in range(workers)]
-        for thread in threads:
+    def __enter__(self) -> WorkerPool:
+        self._lease = SlotLease(self.jobs, self.protections.level == "root")
+        if self.protections.level == "root":
+            self.uids = self._lease.uids()
+        self._threads = [threading.Thread(target=self._feed, args=(slot,), daemon=True) for slot in self._lease.slots]
+        for thread in self._threads:
             thread.start()
-        crashed = False
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        for _ in self._threads:
+            self._todo.put(self._DONE)
+        for thread in self._threads:
+            thread.join()
+        if self._lease is not None:
+            self._lease.release()
+        self._log.close()
+        if not self._crashed:
+            os.unlink(self._log.name)
+
+    def submit(self, task_id: str, task: dict) -> None:
+        """Queue a job: ``{"nb": notebook dict, "files": folder or None}``."""
+        self._submitted += 1
+        self._todo.put((task_id, task))
+
+    def results(self) -> Iterator[tuple[str, dict]]:
+        """(task id, result) of every submitted job, as they finish."""
+        while self._submitted:
+            task_id, result = self._done.get()
+            self._submitted -= 1
+            if result.get("error") == "the grading worker died":
+                self._crashed = True
+                result["error"] += f" (its log: {self._log.name})"
+            yield task_id, result
+
+    def run(self, tasks: list[tuple[str, dict]]) -> Iterator[tuple[str, dict]]:
+        """Yield (task id, result) for every (task id, job) as they finish."""
+        self.jobs = min(self.jobs, max(1, len(tasks)))
+        with self:
+            for task_id, task in tasks:
+                self.submit(task_id, task)
+            yield from self.results()
+
+    def _feed(self, slot: int) -> None:
+        worker = self._start()
         try:
-            for _ in tasks:
-                task_id, result = done.get()
-                if result.get("error") == "the grading worker died":
-                    crashed = True
-                    result["error"] += f" (its log: {self._log.name})"
-                yield task_id, result
-            for thread in threads:
-                thread.join()
+            while True:
+                item = self._todo.get()
+                if item is self._DONE:
+                    return
+                task_id, task = item
+                job = {
+                    "nb": task["nb"],
+                    "files": task.get("files"),
+                    "slot": slot,
+                    "limits": self.limits.to_dict(),
+                    "level": self.protections.level,
+                    "hide": self.hide,
+                    "private_tmp": self.protections.namespaces,
+                }
+                line = ""
+                try:
+                    assert worker.stdin is not None and worker.stdout is not None
+                    worker.stdin.write(json.dumps(job) + "\n")
+                    worker.stdin.flush()
+                    line = worker.stdout.readline()
+                except (BrokenPipeError, OSError):
+                    pass
+                if line:
+                    self._done.put((task_id, json.loads(line)))
+                else:
+                    self._done.put((task_id, {"error": "the grading worker died", "notes": [], "seconds": 0.0}))
+                    worker.kill()
+                    worker.wait()
+                    worker = self._start()
         finally:
-            self._log.close()
-            if not crashed:
-                os.unlink(self._log.name)
+            if worker.stdin:
+                worker.stdin.close()
+            try:
+                worker.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                worker.kill()

@@ -1,0 +1,172 @@
+"""Objects that lie earn no points, even against an instructor's plain ``assert torch.allclose(...)``.
+
+One notebook runs in one jailed grading kernel: answers that return a tensor subclass whose
+``__torch_function__`` makes ``allclose``/``equal``/``item`` pass, a Python ``__eq__`` that
+always holds, a ``float`` whose comparisons lie, a tensor subclass with a lying ``shape``,
+next to honest answers (plain tensors, ``nn.Parameter``, a class of the learner's own
+compared with another of its kind) that must still pass, also after libraries hooked into
+the kernel (matplotlib's inline backend, ``torch.set_default_device``). Then a
+``TorchFunctionMode`` and an event callback of the submission's own are caught by the guard
+and every later test fails.
+"""
+
+from __future__ import annotations
+
+import nbformat
+import pytest
+from nbformat.v4 import new_code_cell, new_notebook
+
+from course_utils.grading.sandbox import Limits, detect
+from course_utils.grading.sanitize import with_grader_cells, without_grader_cells
+from course_utils.grading.worker import WorkerPool
+
+ANSWERS = '''
+import torch
+
+
+class Agreeable(torch.Tensor):
+    @classmethod
+    def __torch_function__(cls, func, types, args=(), kwargs=None):
+        name = getattr(func, "__name__", "")
+        if name in ("allclose", "equal", "isclose"):
+            return True
+        if name == "item":
+            return 2.0
+        return super().__torch_function__(func, types, args, kwargs or {})
+
+
+class WideShape(torch.Tensor):
+    @property
+    def shape(self):
+        return torch.Size([16, 3])
+
+
+class Anything:
+    def __eq__(self, other):
+        return True
+
+
+class FloatLiar(float):
+    def __eq__(self, other):
+        return True
+
+    __hash__ = float.__hash__
+
+
+class Fraction:
+    def __init__(self, top, bottom):
+        self.top, self.bottom = top, bottom
+
+    def __eq__(self, other):
+        return isinstance(other, Fraction) and self.top * other.bottom == other.top * self.bottom
+
+
+def lying_tensor(x):
+    return torch.zeros_like(x).as_subclass(Agreeable)
+
+
+def lying_shape(x):
+    return torch.zeros(1).as_subclass(WideShape)
+
+
+def honest(x):
+    return 2 * x
+
+
+# libraries may hook into the kernel legitimately: that is no tampering
+import matplotlib_inline.backend_inline
+
+get_ipython().events.register("post_execute", matplotlib_inline.backend_inline.flush_figures)
+torch.set_default_device("cpu")  # leaves torch's DeviceContext function mode active
+'''
+
+TESTS = {
+    "allclose_vs_torch_function": "x = torch.ones(4)\nassert torch.allclose(lying_tensor(x), 2 * x)",
+    "equal_vs_torch_function": "x = torch.ones(4)\nassert torch.equal(lying_tensor(x), 2 * x)",
+    "item_vs_torch_function": "assert lying_tensor(torch.ones(1)).item() == 2.0",
+    "shape_vs_property": "assert lying_shape(torch.ones(1)).shape == (16, 3)",
+    "eq_always_true": "assert Anything() == 48",
+    "float_subclass": "assert FloatLiar(0.0) == 2.0",
+    "honest_tensor": "x = torch.ones(4)\nassert torch.allclose(honest(x), 2 * x) and honest(x).shape == (4,)",
+    "honest_parameter": "p = torch.nn.Parameter(torch.ones(2))\nassert torch.equal(p.detach(), torch.ones(2))",
+    "own_class_vs_own_class": "assert Fraction(1, 2) == Fraction(2, 4)",
+    "mode_left_active": "assert torch.allclose(honest(torch.ones(2)), torch.full((2,), 2.0))",
+    "after_the_mode": "assert True",
+}
+LIARS = {"allclose_vs_torch_function", "equal_vs_torch_function", "item_vs_torch_function", "shape_vs_property"}
+LIARS |= {"eq_always_true", "float_subclass"}
+MODE = '''
+from torch.overrides import TorchFunctionMode
+
+
+class AlwaysClose(TorchFunctionMode):
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        if getattr(func, "__name__", "") == "allclose":
+            return True
+        return func(*args, **(kwargs or {}))
+
+
+AlwaysClose().__enter__()
+
+
+def _after_each_cell():  # the submission's own code around each cell
+    pass
+
+
+get_ipython().events.register("post_run_cell", _after_each_cell)
+'''
+
+
+def _meta(grade_id: str) -> dict:
+    flags = {"grade": True, "grade_id": grade_id, "locked": True, "points": 1, "schema_version": 3}
+    return {"nbgrader": {**flags, "solution": False, "task": False}}
+
+
+@pytest.fixture(scope="module")
+def executed():
+    cells = [new_code_cell(ANSWERS)]
+    for name, source in TESTS.items():
+        if name == "mode_left_active":
+            cells.append(new_code_cell(MODE))
+        cells.append(new_code_cell(source, metadata=_meta(name)))
+    job = {"nb": with_grader_cells(new_notebook(cells=cells)), "files": None}
+    [(_, result)] = list(WorkerPool(1, detect(), Limits(cell_timeout=60), []).run([("nb", job)]))
+    assert "nb" in result, result
+    nb = without_grader_cells(nbformat.from_dict(result["nb"]), [])
+    errors = {}
+    for cell in nb.cells:
+        name = cell.metadata.get("nbgrader", {}).get("grade_id")
+        if name:
+            error = next((o for o in cell.outputs if o["output_type"] == "error"), None)
+            errors[name] = (error["ename"], error["evalue"]) if error else None
+    return errors, result["notes"]
+
+
+@pytest.mark.parametrize("name", sorted(LIARS))
+def test_objects_that_lie_fail_and_the_notes_say_what(executed, name):
+    errors, notes = executed
+    assert errors[name] is not None and errors[name][0] == "GradingIntegrityError", errors[name]
+    assert any(note.startswith(f"`{name}`: the test received") for note in notes), notes
+
+
+def test_what_was_detected_is_named(executed):
+    errors, _ = executed
+    assert "a torch.Tensor subclass defined in the submission that redefines __torch_function__" in errors[
+        "allclose_vs_torch_function"
+    ][1]
+    assert "redefines shape" in errors["shape_vs_property"][1]
+    assert "defines its own __eq__" in errors["eq_always_true"][1]
+    assert "a subclass of float" in errors["float_subclass"][1]
+
+
+@pytest.mark.parametrize("name", ["honest_tensor", "honest_parameter", "own_class_vs_own_class"])
+def test_honest_answers_still_pass(executed, name):
+    errors, _ = executed
+    assert errors[name] is None, errors[name]
+
+
+def test_a_torch_function_mode_or_a_callback_of_the_submissions_fails_every_later_test(executed):
+    errors, notes = executed
+    assert errors["mode_left_active"][0] == errors["after_the_mode"][0] == "GradingIntegrityError"
+    note = next(note for note in notes if note.startswith("Before `mode_left_active`"))
+    assert "TorchFunctionMode" in note and "IPython event callbacks" in note
