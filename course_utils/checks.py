@@ -98,9 +98,7 @@ def check_tensor(
     if check_device and value.device != expected.device:
         raise AssertionError(f"{name} should be on {expected.device}, got {value.device}")
     try:
-        _assert_close(
-            value.detach().cpu(), expected.detach().cpu(), rtol=rtol, atol=atol, check_device=False, msg=None
-        )
+        _assert_close(value.detach().cpu(), expected.detach().cpu(), rtol=rtol, atol=atol, check_device=False, msg=None)
     except AssertionError as error:
         raise AssertionError(f"{name} has the right shape and dtype but wrong values:\n{error}") from None
 

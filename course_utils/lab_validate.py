@@ -41,18 +41,32 @@ def validate_notebook(path: Path):  # -> course_utils.grading.validate.Validatio
 
 
 def nbgrader_answer(result) -> dict[str, Any]:
-    """A ``Validation`` in the JSON nbgrader's Validate dialog shows."""
+    """A ``Validation`` in the JSON nbgrader's Validate dialog shows.
+
+    As ``nbgrader validate`` does, a failing test and an unanswered written answer are
+    ``failed`` entries; a locked cell the learner changed is one too (nbgrader's dialog
+    would show only the changed cells and hide the failures; grading uses the original).
+    """
     text = result.text()
-    if not result.tests:
+    if not result.cells:
         return {"success": False, "value": text}
     failed = [
-        {"source": f"{grade_id} ({points:g} pt)", "error": html.escape(message or "failed")}
-        for grade_id, points, passed, message in result.tests
-        if not passed
+        {"source": f"{name} (locked cell)", "error": "you changed this cell; grading uses the original"}
+        for name in result.changed
+    ]
+    failed += [
+        {
+            "source": f"{cell.grade_id} ({cell.points:g} pt)",
+            "error": html.escape(
+                (cell.message or "failed") if cell.status == "fail" else "you did not provide a response (scores 0)"
+            ),
+        }
+        for cell in result.cells
+        if cell.status in ("fail", "unanswered")
     ]
     if not failed:
         return {"success": True, "value": {}}
-    summary = text.splitlines()[len(result.tests) :]  # the notes and the score line
+    summary = [line for line in text.splitlines() if line.startswith("note: ")] + text.splitlines()[-1:]
     failed[-1]["error"] += "\n\n" + html.escape("\n".join(summary))
     return {"success": True, "value": {"failed": failed}}
 

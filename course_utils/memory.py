@@ -73,10 +73,7 @@ def optimizer_state_bytes(optimizer: torch.optim.Optimizer) -> int:
     The state exists only after the first ``step()``.
     """
     tensors = [
-        value
-        for state in optimizer.state.values()
-        for value in state.values()
-        if isinstance(value, torch.Tensor)
+        value for state in optimizer.state.values() for value in state.values() if isinstance(value, torch.Tensor)
     ]
     return unique_bytes(tensors)
 

@@ -92,8 +92,7 @@ def preflight(allow_cpu: bool) -> list[str]:
     if not torch_version_supported(torch.__version__):
         (lo, hi) = SUPPORTED_TORCH
         problems.append(
-            f"torch {torch.__version__} is outside the range the notebooks support "
-            f"({lo[0]}.{lo[1]} to {hi[0]}.{hi[1]})"
+            f"torch {torch.__version__} is outside the range the notebooks support ({lo[0]}.{lo[1]} to {hi[0]}.{hi[1]})"
         )
     if not torch.cuda.is_available() and not allow_cpu:
         problems.append(

@@ -103,7 +103,6 @@ def test_check_equal_rejects_hostile_elements():
         check_equal({AlwaysEqual()}, {1}, "s")
 
 
-
 def _learner_code(source: str) -> dict:
     """Run ``source`` as a notebook cell would: its own namespace, its own top-level imports."""
     namespace: dict = {}

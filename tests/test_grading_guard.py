@@ -20,7 +20,7 @@ from course_utils.grading.sandbox import Limits, detect
 from course_utils.grading.sanitize import with_grader_cells, without_grader_cells
 from course_utils.grading.worker import WorkerPool
 
-ANSWERS = '''
+ANSWERS = """
 import torch
 
 
@@ -78,7 +78,7 @@ import matplotlib_inline.backend_inline
 
 get_ipython().events.register("post_execute", matplotlib_inline.backend_inline.flush_figures)
 torch.set_default_device("cpu")  # leaves torch's DeviceContext function mode active
-'''
+"""
 
 TESTS = {
     "allclose_vs_torch_function": "x = torch.ones(4)\nassert torch.allclose(lying_tensor(x), 2 * x)",
@@ -95,7 +95,7 @@ TESTS = {
 }
 LIARS = {"allclose_vs_torch_function", "equal_vs_torch_function", "item_vs_torch_function", "shape_vs_property"}
 LIARS |= {"eq_always_true", "float_subclass"}
-MODE = '''
+MODE = """
 from torch.overrides import TorchFunctionMode
 
 
@@ -114,7 +114,7 @@ def _after_each_cell():  # the submission's own code around each cell
 
 
 get_ipython().events.register("post_run_cell", _after_each_cell)
-'''
+"""
 
 
 def _meta(grade_id: str) -> dict:
@@ -151,9 +151,10 @@ def test_objects_that_lie_fail_and_the_notes_say_what(executed, name):
 
 def test_what_was_detected_is_named(executed):
     errors, _ = executed
-    assert "a torch.Tensor subclass defined in the submission that redefines __torch_function__" in errors[
-        "allclose_vs_torch_function"
-    ][1]
+    assert (
+        "a torch.Tensor subclass defined in the submission that redefines __torch_function__"
+        in errors["allclose_vs_torch_function"][1]
+    )
     assert "redefines shape" in errors["shape_vs_property"][1]
     assert "defines its own __eq__" in errors["eq_always_true"][1]
     assert "a subclass of float" in errors["float_subclass"][1]

@@ -26,7 +26,7 @@ from pathlib import Path
 import nbformat
 from nbformat.v4 import new_code_cell, new_notebook
 
-from course_utils.grading.validate import Validation
+from course_utils.grading.validate import CellVerdict, Validation
 from course_utils.lab_validate import nbgrader_answer
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -190,18 +190,34 @@ def test_make_lab_instructor_serves_the_solved_notebooks_with_every_nbgrader_too
 
 
 def test_the_validate_answer_reads_like_nbgraders_dialog():
-    """Pass: an empty result (nbgrader's 'Success!'); fail: one entry per failing test; nothing graded: an error."""
-    passed = Validation(tests=[("ex1_tests", 2.0, True, "")])
+    """Pass: an empty result (nbgrader's 'Success!'); fail: one entry per failing test, unanswered
+    written answer or changed locked cell; nothing graded: an error."""
+    passed = Validation(cells=[CellVerdict("ex1_tests", "test", 2.0, "pass"), _answered("essay")])
     assert nbgrader_answer(passed) == {"success": True, "value": {}}
     failed = Validation(
-        tests=[("ex1_tests", 2.0, True, ""), ("ex2_tests", 3.0, False, "AssertionError: <b>x</b>")],
+        cells=[
+            CellVerdict("ex1_tests", "test", 2.0, "pass"),
+            CellVerdict("ex2_tests", "test", 3.0, "fail", "AssertionError: <b>x</b>"),
+            CellVerdict("essay", "written answer", 1.0, "unanswered"),
+        ],
+        changed=["ex1_tests"],
         notes=["a note"],
     )
     answer = nbgrader_answer(failed)
     assert answer["success"] is True
-    [entry] = answer["value"]["failed"]
-    assert entry["source"] == "ex2_tests (3 pt)"
-    assert "&lt;b&gt;x&lt;/b&gt;" in entry["error"]  # the dialog sets innerHTML: escape
-    assert "note: a note" in entry["error"] and "visible tests: 2 / 5 points" in entry["error"]
+    assert [entry["source"] for entry in answer["value"]["failed"]] == [
+        "ex1_tests (locked cell)",
+        "ex2_tests (3 pt)",
+        "essay (1 pt)",
+    ]
+    changed, test, essay = answer["value"]["failed"]
+    assert "grading uses the original" in changed["error"]
+    assert "&lt;b&gt;x&lt;/b&gt;" in test["error"]  # the dialog sets innerHTML: escape
+    assert essay["error"].startswith("you did not provide a response")
+    assert "note: a note" in essay["error"] and "visible tests: 2 / 5 points" in essay["error"]
     nothing = nbgrader_answer(Validation(notes=["Cannot validate: the file is not valid JSON."]))
     assert nothing["success"] is False and "not valid JSON" in nothing["value"]
+
+
+def _answered(grade_id: str) -> CellVerdict:
+    return CellVerdict(grade_id, "written answer", 1.0, "answered")

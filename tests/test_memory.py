@@ -69,9 +69,7 @@ def test_nothing_saved_without_grad():
 
 def test_checkpointing_saves_less():
     torch.manual_seed(0)
-    blocks = nn.ModuleList(
-        nn.Sequential(nn.Linear(64, 64), nn.ReLU(), nn.Linear(64, 64), nn.ReLU()) for _ in range(8)
-    )
+    blocks = nn.ModuleList(nn.Sequential(nn.Linear(64, 64), nn.ReLU(), nn.Linear(64, 64), nn.ReLU()) for _ in range(8))
     x = torch.randn(32, 64, requires_grad=True)
 
     def plain(inp):

@@ -39,9 +39,7 @@ def test_clip_norm_records_norm_before_clipping(digits):
     plain = train_classifier(MLP(64, 10, depth=1), digits.X_train[:64], digits.y_train[:64], epochs=1, batch_size=64)
     torch.manual_seed(0)
     model = MLP(64, 10, depth=1)
-    clipped = train_classifier(
-        model, digits.X_train[:64], digits.y_train[:64], epochs=1, batch_size=64, clip_norm=1e-3
-    )
+    clipped = train_classifier(model, digits.X_train[:64], digits.y_train[:64], epochs=1, batch_size=64, clip_norm=1e-3)
     # Same first step before any update: same loss and same (unclipped) norm.
     assert clipped.losses[0] == pytest.approx(plain.losses[0])
     assert clipped.grad_norms[0] == pytest.approx(plain.grad_norms[0], rel=1e-5)

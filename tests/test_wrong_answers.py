@@ -609,9 +609,7 @@ _WRONG_08_10 = [
     Wrong("10", "ex4_event_stats", "microseconds", MICROSECONDS, "total milliseconds", False),
 ]
 
-GRAPH_BREAKS_SHAPE_IF = (
-    'GRAPH_BREAKS = {"normalise": 1, "log_and_scale": 2, "relu_if_positive": 1, "count_large": 1}'
-)
+GRAPH_BREAKS_SHAPE_IF = 'GRAPH_BREAKS = {"normalise": 1, "log_and_scale": 2, "relu_if_positive": 1, "count_large": 1}'
 GRAPH_BREAKS_PRINT_IGNORED = (
     'GRAPH_BREAKS = {"normalise": 0, "log_and_scale": 1, "relu_if_positive": 1, "count_large": 1}'
 )

@@ -20,7 +20,9 @@ step and using nbgrader's own preprocessors, configured by the course's
    then the autograded notebook, grading notes on top, is written.
 
 A submission already autograded and not newer than its autograded copy is skipped, as
-by ``nbgrader autograde`` without ``--force``. Problems the instructor can fix (nothing
+by ``nbgrader autograde`` without ``--force``. The autograded folder is built aside and
+put in place only when the whole submission is graded, so a run that is stopped midway
+leaves its unfinished submissions to be graded by the next one. Problems the instructor can fix (nothing
 released, an unknown assignment, no submissions) raise ``CourseError`` with the reason.
 Returns a ``Summary``.
 """
@@ -262,6 +264,7 @@ class _Run:
         self.pending[sub] = state
         notes = state["notes"]
         dest = self.course.folder("autograded", sub.assignment, sub.student)
+        staging = self.staging(sub)
         with self.course.gradebook() as gb:
             try:
                 gb.find_student(sub.student)
@@ -279,10 +282,11 @@ class _Run:
                     notes.append(f"timestamp.txt ({sub.timestamp[:40]!r}) is not a time; the submission has none.")
             gb.update_or_create_submission(sub.assignment, sub.student, **({"timestamp": stamp} if stamp else {}))
             expected = [n.name for n in gb.find_assignment(sub.assignment).notebooks]
-            if dest.exists():
-                shutil.rmtree(dest)
-            dest.mkdir(parents=True)
-            _copy_files(self.course, sub, dest, self.nbgrader.exclude)
+            for folder in (dest, staging):  # gone until this grading completes: a stopped run regrades it
+                if folder.exists():
+                    shutil.rmtree(folder)
+            staging.mkdir(parents=True)
+            _copy_files(self.course, sub, staging, self.nbgrader.exclude)
             submitted = sub.notebooks
             for name in sorted(set(submitted) - set(expected)):
                 notes.append(f"`{name}.ipynb` is not a notebook of this assignment: not graded (as in nbgrader).")
@@ -309,8 +313,18 @@ class _Run:
             prepared.append((name, item))
         state["left"] = len(prepared)
         if sub.timestamp:
-            (dest / "timestamp.txt").write_text(sub.timestamp + "\n", encoding="utf-8")
+            (staging / "timestamp.txt").write_text(sub.timestamp + "\n", encoding="utf-8")
         return prepared
+
+    def staging(self, sub: Submission) -> Path:
+        """Where a submission's autograded folder is built; renamed into place when all of it is graded.
+
+        So an autograded folder exists only for a completed grading: a run stopped midway
+        (Ctrl-C, a kill, a crash) leaves the unfinished ones to the next run, which would
+        otherwise skip them as already graded.
+        """
+        dest = self.course.folder("autograded", sub.assignment, sub.student)
+        return dest.with_name(f".{dest.name}.grading")
 
     def finish(self, sub: Submission, notebook: str, nb: NotebookNode, notes: list[str], seconds: float) -> None:
         """Record one executed notebook with nbgrader's preprocessors and write it out."""
@@ -324,8 +338,7 @@ class _Run:
             notes = [*notes, f"{GRADER_PROBLEM}: recording the grades failed ({type(error).__name__}: {error})."]
         if notes:
             nb.cells.insert(0, notes_cell(notes))
-        dest = self.course.folder("autograded", sub.assignment, sub.student)
-        nbformat.write(nb, dest / f"{notebook}.ipynb")
+        nbformat.write(nb, self.staging(sub) / f"{notebook}.ipynb")
         several = len(state["left_names"]) > 1
         state["notes"] += [f"{notebook}.ipynb: {note}" if several else note for note in notes]
         state["seconds"] += seconds
@@ -337,7 +350,9 @@ class _Run:
         from nbgrader.api import MissingEntry
 
         state = self.pending.pop(sub)
-        dest = self.course.folder("autograded", sub.assignment, sub.student)
+        dest, staging = self.course.folder("autograded", sub.assignment, sub.student), self.staging(sub)
+        if staging.is_dir():
+            staging.rename(dest)
         for path in dest.rglob("*") if dest.is_dir() else ():
             if path.is_file():
                 path.chmod(self.nbgrader.permissions)
@@ -403,8 +418,7 @@ def _autograde(course, pool, limits, assignments, students, force, progress) -> 
             if item.runnable:
                 key = str(len(jobs_of))
                 jobs_of[key] = (sub, name, item)
-                files = course.folder("autograded", sub.assignment, sub.student)
-                pool.submit(key, {"nb": with_grader_cells(item.nb), "files": str(files)})
+                pool.submit(key, {"nb": with_grader_cells(item.nb), "files": str(run.staging(sub))})
             else:
                 run.finish(sub, name, item.nb, item.notes, 0.0)
                 bar.update(1)

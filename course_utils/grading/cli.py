@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import signal
 import sys
+import threading
 from pathlib import Path
 
 from course_utils.grading.course import CourseError, default_course
@@ -184,12 +186,19 @@ _STEPS = {
 }
 
 
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
+
+
 def main(argv: list[str] | None = None) -> int:
     # jsonschema (under nbformat) imports rfc3987_syntax, if installed, to check "iri" formats that no
     # notebook schema uses; building its grammar costs about 1.5 s of CPU per process. The command and
     # its workers do without it (jsonschema then skips that format check).
     sys.modules.setdefault("rfc3987_syntax", None)  # type: ignore[assignment]
     args = _parser().parse_args(argv)
+    in_main_thread = threading.current_thread() is threading.main_thread()
+    # A kill stops the run as Ctrl-C does: the jobs in flight are killed, nothing waits for them.
+    previous = signal.signal(signal.SIGTERM, _interrupt) if in_main_thread else None
     try:
         course = default_course(args.course, args.notebooks)
         if args.course is not None and not course.root.is_dir() and args.step != "release":
@@ -199,8 +208,12 @@ def main(argv: list[str] | None = None) -> int:
         print(f"course {args.step}: {error}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
-        print(f"course {args.step}: interrupted", file=sys.stderr)
+        rest = "; run it again to grade the rest (finished submissions are kept)" if args.step == "autograde" else ""
+        print(f"course {args.step}: interrupted{rest}", file=sys.stderr)
         return 130
+    finally:
+        if in_main_thread:
+            signal.signal(signal.SIGTERM, previous)
 
 
 if __name__ == "__main__":

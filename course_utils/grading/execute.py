@@ -35,7 +35,7 @@ from nbformat import NotebookNode
 from nbformat.v4 import new_output
 
 from course_utils.grading.guard import digest
-from course_utils.grading.sandbox import Limits
+from course_utils.grading.sandbox import Limits, parent_death_signal
 from course_utils.grading.sanitize import is_test, role
 
 __all__ = ["GRADER_PROBLEM", "JailedKernelManager", "drop_profiler_chatter", "execute"]
@@ -71,7 +71,7 @@ class JailedKernelManager(AsyncKernelManager):
 
     async def start_kernel(self, **kw):  # type: ignore[override]
         log = open(self._log, "ab")  # noqa: SIM115 (the kernel process keeps it)
-        kw.update(stdin=None, stdout=log, stderr=log, cwd=str(self._workdir))
+        kw.update(stdin=None, stdout=log, stderr=log, cwd=str(self._workdir), preexec_fn=parent_death_signal())
         try:
             return await self._async_start_kernel(**kw)
         finally:

@@ -207,4 +207,3 @@ def stale_releases(course: Course, fresh: Course | None = None) -> list[str]:
             if folder.is_dir() and folder.name not in expected:
                 problems.append(f"{folder.name}: released but no longer in {origin}")
     return problems
-

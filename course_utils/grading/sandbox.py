@@ -20,11 +20,14 @@ output size) apply at every level.
 
 from __future__ import annotations
 
+import ctypes
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -36,6 +39,7 @@ __all__ = [
     "detect",
     "jail_argv",
     "kernel_env",
+    "parent_death_signal",
     "worker_prefix",
 ]
 
@@ -172,6 +176,28 @@ class SlotLease:
         for fd in self._fds:
             os.close(fd)
         self._fds = []
+
+
+_PR_SET_PDEATHSIG = 1
+
+
+def parent_death_signal() -> Callable[[], None] | None:
+    """A ``preexec_fn`` that makes a child process die (SIGKILL) with the process that starts it.
+
+    Given to the grading workers and to each kernel's ``unshare``: when ``course`` is killed,
+    its workers die; when a worker dies, its kernels' PID namespaces go with them. Without it
+    a killed run leaves kernels behind, still running a submission. Linux only (None
+    elsewhere). The C function is looked up here, in the parent: the child only calls it.
+    """
+    if not sys.platform.startswith("linux"):
+        return None
+    prctl = ctypes.CDLL(None, use_errno=True).prctl
+    kill = int(signal.SIGKILL)
+
+    def die_with_parent() -> None:
+        prctl(_PR_SET_PDEATHSIG, kill, 0, 0, 0)
+
+    return die_with_parent
 
 
 def worker_prefix(protections: Protections) -> list[str]:

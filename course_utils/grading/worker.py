@@ -16,6 +16,7 @@ talk JSON lines over their stdin/stdout; they start without importing torch (the
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import json
 import logging
@@ -32,7 +33,15 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from course_utils.grading.guard import TOKEN_FILE
-from course_utils.grading.sandbox import GRADING_UID_BASE, Limits, Protections, SlotLease, jail_argv, worker_prefix
+from course_utils.grading.sandbox import (
+    GRADING_UID_BASE,
+    Limits,
+    Protections,
+    SlotLease,
+    jail_argv,
+    parent_death_signal,
+    worker_prefix,
+)
 
 __all__ = ["WorkerPool", "run_job"]
 
@@ -243,12 +252,22 @@ class WorkerPool:
         self._lease: SlotLease | None = None
         self._log = tempfile.NamedTemporaryFile(prefix="course-workers-", suffix=".log", delete=False)  # noqa: SIM115
         self._crashed = False
+        self._workers: set[subprocess.Popen] = set()
+        self._stopping = False  # set when the caller stops early: workers are killed, not replaced
 
     def _start(self) -> subprocess.Popen:
         argv = [*worker_prefix(self.protections), sys.executable, "-c", _BOOTSTRAP]
-        return subprocess.Popen(
-            argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._log, text=True, bufsize=1
+        worker = subprocess.Popen(
+            argv,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=self._log,
+            text=True,
+            bufsize=1,
+            preexec_fn=parent_death_signal(),
         )
+        self._workers.add(worker)
+        return worker
 
     def __enter__(self) -> WorkerPool:
         self._lease = SlotLease(self.jobs, self.protections.level == "root")
@@ -259,7 +278,11 @@ class WorkerPool:
             thread.start()
         return self
 
-    def __exit__(self, *exc_info) -> None:
+    def __exit__(self, exc_type, *exc_info) -> None:
+        if exc_type is not None:  # Ctrl-C, SIGTERM or an error: stop the jobs in flight instead of waiting
+            self._stopping = True
+            for worker in list(self._workers):
+                worker.kill()  # its kernels die with it (the jail's parent-death signal, the PID namespace)
         for _ in self._threads:
             self._todo.put(self._DONE)
         for thread in self._threads:
@@ -320,6 +343,8 @@ class WorkerPool:
                     pass
                 if line:
                     self._done.put((task_id, json.loads(line)))
+                elif self._stopping:
+                    return
                 else:
                     self._done.put((task_id, {"error": "the grading worker died", "notes": [], "seconds": 0.0}))
                     worker.kill()
@@ -327,8 +352,11 @@ class WorkerPool:
                     worker = self._start()
         finally:
             if worker.stdin:
-                worker.stdin.close()
+                with contextlib.suppress(OSError):  # a killed worker's pipe
+                    worker.stdin.close()
             try:
                 worker.wait(timeout=30)
             except subprocess.TimeoutExpired:
                 worker.kill()
+                worker.wait()
+            self._workers.discard(worker)

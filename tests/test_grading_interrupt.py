@@ -1,0 +1,87 @@
+"""A stopped ``course autograde`` (Ctrl-C, SIGTERM) kills what it started and loses no submission."""
+
+from __future__ import annotations
+
+import copy
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import nbformat
+import pytest
+
+from course_utils.grading.course import Course
+from course_utils.grading.release import release
+from course_utils.grading.sandbox import detect
+
+FIXTURES = Path(__file__).parent / "fixtures" / "grading"
+sys.path.insert(0, str(FIXTURES))
+import grading_cases as cases  # noqa: E402
+
+MARK = "271.828"  # the slow submission's child process: `sleep 271.828`, found by its arguments
+SLOW_CELL = f'import subprocess\nsubprocess.run(["sleep", "{MARK}"])'
+COURSE = [sys.executable, "-m", "course_utils.grading"]
+
+
+def _submit(course: Course, student: str, nb: nbformat.NotebookNode) -> None:
+    folder = course.folder("submitted", cases.ASSIGNMENT, student)
+    folder.mkdir(parents=True)
+    nbformat.write(nb, folder / f"{cases.ASSIGNMENT}.ipynb")
+
+
+def _marked_processes() -> list[int]:
+    found = []
+    for entry in Path("/proc").iterdir():
+        try:
+            if entry.name.isdigit() and MARK.encode() in (entry / "cmdline").read_bytes():
+                found.append(int(entry.name))
+        except OSError:
+            pass
+    return found
+
+
+def _wait_for(condition, seconds: float) -> bool:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if condition():
+            return True
+        time.sleep(0.2)
+    return condition()
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the sandbox is Linux-only")
+def test_sigterm_kills_the_kernels_and_the_next_run_grades_what_was_left(tmp_path):
+    course = Course(root=tmp_path / "grading", notebooks=FIXTURES / "notebooks")
+    release(course)
+    good = cases.solved()
+    slow = copy.deepcopy(good)
+    slow.cells.insert(0, nbformat.v4.new_code_cell(SLOW_CELL))
+    _submit(course, "a_first", good)
+    _submit(course, "b_slow", slow)
+    base = [*COURSE, "--course", str(course.root), "--notebooks", str(course.notebooks), "autograde", "--no-progress"]
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).parents[1])}
+
+    run = subprocess.Popen([*base, "--jobs", "1"], stderr=subprocess.PIPE, text=True, env=env)
+    try:
+        assert _wait_for(lambda: bool(_marked_processes()), 120), "the slow submission never started"
+        done = course.folder("autograded", cases.ASSIGNMENT, "a_first")
+        assert done.is_dir(), "the first submission was graded before the second started"
+        run.send_signal(signal.SIGTERM)
+        _, err = run.communicate(timeout=30)
+    finally:
+        run.kill()
+    assert run.returncode == 130
+    assert "interrupted; run it again to grade the rest" in err and "Traceback" not in err
+    if detect().namespaces:  # the kernel's PID namespace goes with it (at the `none` level only its process group)
+        assert _wait_for(lambda: not _marked_processes(), 10), "the interrupted kernel's process outlived the run"
+    left = course.folder("autograded", cases.ASSIGNMENT, "b_slow")
+    assert not left.exists(), "an unfinished submission must not look graded"
+
+    again = subprocess.run([*base, "--cell-timeout", "2"], capture_output=True, text=True, env=env, timeout=300)
+    assert again.returncode == 0, again.stderr
+    assert "graded 1 submissions" in again.stdout and "1 already graded" in again.stdout
+    graded = nbformat.read(left / f"{cases.ASSIGNMENT}.ipynb", as_version=4)
+    assert graded.cells, "the submission left over was graded by the next run"
