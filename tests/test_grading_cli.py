@@ -94,3 +94,23 @@ def test_validate_reports_visible_tests(tmp_path, capsys):
     ]
     assert verdict["cells"][1]["message"].startswith("AssertionError: standardize(x) has the right shape")
     assert (verdict["score"], verdict["max_score"]) == (2, 4)
+
+
+def test_validate_reports_a_test_nbgrader_cannot_score_instead_of_a_traceback(tmp_path, capsys, monkeypatch):
+    """A test cell whose last value is a number above its points: nbgrader stops with a ValueError."""
+    answer = {"grade": False, "solution": True, "locked": False, "grade_id": "answer", "schema_version": 3}
+    test = {"grade": True, "solution": False, "locked": True, "grade_id": "t1", "points": 1, "schema_version": 3}
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [
+        nbformat.v4.new_code_cell("x = 100", metadata={"nbgrader": answer}),
+        nbformat.v4.new_code_cell("x", metadata={"nbgrader": test}),
+    ]
+    path = tmp_path / "partial.ipynb"
+    nbformat.write(nb, path)
+    monkeypatch.chdir(tmp_path)
+    status = main(["validate", str(path), "--json"])
+    verdict = json.loads(capsys.readouterr().out)
+    assert status == 1
+    [cell] = verdict["cells"]
+    assert (cell["grade_id"], cell["status"]) == ("t1", "fail")
+    assert "partial credit cannot be greater than maximum points" in cell["message"]

@@ -28,6 +28,7 @@ from pathlib import Path
 import nbformat
 
 from course_utils.grading.course import Course
+from course_utils.grading.execute import GRADER_PROBLEM
 from course_utils.grading.sandbox import Limits, Protections, detect
 from course_utils.grading.sanitize import (
     SourceNotebook,
@@ -163,8 +164,14 @@ def validate(
     for cell in nb.cells:
         if not is_grade(cell):
             continue
-        score, points = determine_grade(cell)
         grade_id = nbgrader_meta(cell)["grade_id"]
+        try:
+            score, points = determine_grade(cell)
+        except ValueError as error:  # the test's last value, read as partial credit, is above its points
+            points = float(nbgrader_meta(cell).get("points") or 0)
+            message = f"{GRADER_PROBLEM}: nbgrader cannot score this test ({error}); autograde cannot either"
+            result.cells.append(CellVerdict(grade_id, "test", points, "fail", message))
+            continue
         if is_solution(cell):
             kind = "written answer" if cell.cell_type == "markdown" else "code answer"
             result.cells.append(CellVerdict(grade_id, kind, points, "unanswered" if score == 0 else "answered"))
