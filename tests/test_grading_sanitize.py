@@ -204,3 +204,18 @@ def test_grader_cells_round_trip_and_cells_are_renumbered():
     assert role(back.cells[0]) == "notes" and "a note" in back.cells[0].source
     assert [c.source for c in back.cells[1:]] == [c.source for c in nb.cells]
     assert [c.execution_count for c in back.cells if c.cell_type == "code"] == [1, 2, 3]
+
+
+@pytest.mark.parametrize("with_checksums", [True, False])
+def test_changed_cells_without_a_release_agree_with_nbgrader_validate(with_checksums):
+    """With no release to compare with, a locked cell is changed when its checksum says so, as in nbgrader."""
+    from nbgrader.validator import Validator
+
+    nb = _answered()
+    nb.cells[3].source = "pass  # no tests here"
+    if not with_checksums:
+        for cell in nb.cells:
+            cell.metadata.get("nbgrader", {}).pop("checksum", None)
+    ours = changed_cells(nb, SourceNotebook.from_release(nb, "a1", "nb", trust_sources=False))
+    theirs = [cell.metadata.nbgrader["grade_id"] for cell in Validator()._get_changed_cells(nb)]
+    assert ours == theirs == (["ans_tests"] if with_checksums else [])

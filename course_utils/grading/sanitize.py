@@ -297,6 +297,8 @@ def _edited(cell: NotebookNode, known: SourceCell, raw: dict) -> bool:
         return True
     if known.released is not None:
         return cell.source.rstrip() != known.released.rstrip()
+    if "checksum" not in raw:  # nothing to compare with: nbgrader validate does not call it changed either
+        return False
     probe = copy.deepcopy(cell)
     probe.metadata["nbgrader"] = {**known.metadata(), "points": known.points}
     return raw.get("checksum") != utils.compute_checksum(probe)
