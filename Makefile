@@ -10,6 +10,8 @@ STAMP  := $(VENV)/.installed
 PORT   ?= 8888
 WORKSPACE ?= workspace
 NOTEBOOK_DIR ?= notebooks
+# `make test` runs pytest in this many processes (pytest-xdist; a notebook's cells stay together).
+TEST_JOBS ?= 2
 # Jupyter refuses to run as root unless told; containers and CI machines often are root.
 ROOT_FLAG := $(if $(filter 0,$(shell id -u)),--allow-root)
 
@@ -36,7 +38,7 @@ lab-instructor: $(STAMP)  ## open JupyterLab on notebooks/ (solutions, hidden te
 test: $(STAMP)  ## lint, check notebooks, run unit tests and every notebook (small sizes)
 	$(BIN)/ruff check course_utils tests notebooks docs
 	$(BIN)/nbstripout --verify notebooks/*.ipynb
-	COURSE_QUICK=1 $(BIN)/pytest $(PYTEST_ARGS)
+	COURSE_QUICK=1 $(BIN)/pytest $(if $(filter-out 1,$(TEST_JOBS)),-n $(TEST_JOBS) --dist loadfile) $(PYTEST_ARGS)
 
 colab-test: $(STAMP)  ## the Colab path: a fresh venv with only what Colab ships, each student notebook's setup cell, then the notebook
 	COURSE_COLAB_TEST=1 $(BIN)/pytest tests/test_colab.py $(PYTEST_ARGS)

@@ -2,7 +2,9 @@
 
 nbval turns each code cell of ``notebooks/*.ipynb`` into a test item. A notebook whose
 cells were skipped (an ``NBVAL_SKIP`` marker, a kernel that died, an item that never
-reported) would otherwise look green; this guard fails the session instead.
+reported) would otherwise look green; this guard fails the session instead. Under
+pytest-xdist (``make test`` runs two workers) the controller, which sees every report,
+does the check.
 """
 
 from __future__ import annotations
@@ -23,14 +25,29 @@ def _notebook_of(nodeid: str) -> str | None:
     return path if path.endswith(".ipynb") else None
 
 
-def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config, items: list[pytest.Item]) -> None:
+def _expect(rootpath: Path, nodeids: list[str]) -> None:
     """Remember how many cells each fully selected notebook has."""
-    collected = Counter(nb for item in items if (nb := _notebook_of(item.nodeid)))
+    collected = Counter(nb for nodeid in nodeids if (nb := _notebook_of(nodeid)))
     for notebook, count in collected.items():
-        path = Path(config.rootpath, notebook)
+        path = Path(rootpath, notebook)
         cells = [c for c in nbformat.read(path, as_version=4).cells if c.cell_type == "code" and c.source.strip()]
         if count >= len(cells):  # a -k selection of part of a notebook is not guarded
             _expected[notebook] = len(cells)
+
+
+def _is_xdist_worker(config: pytest.Config) -> bool:
+    return hasattr(config, "workerinput")
+
+
+def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config, items: list[pytest.Item]) -> None:
+    if not _is_xdist_worker(config):  # with pytest-xdist, the controller checks (below): workers run a share
+        _expect(config.rootpath, [item.nodeid for item in items])
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_node_collection_finished(node, ids: list[str]) -> None:
+    """pytest-xdist's controller: what a worker collected (every worker collects every item)."""
+    _expect(Path(node.config.rootpath), ids)
 
 
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
@@ -52,6 +69,8 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     """Fail the run if some notebook cell did not run and pass."""
+    if _is_xdist_worker(session.config):
+        return
     short = {nb: (_passed[nb], n) for nb, n in _expected.items() if _passed[nb] < n}
     if short and exitstatus == 0:
         reporter = session.config.pluginmanager.get_plugin("terminalreporter")

@@ -18,15 +18,19 @@ def _write(pytester, cells):
     nbformat.write(nb, pytester.path / "demo.ipynb")
 
 
-def test_guard_passes_when_every_cell_runs(pytester):
+WORKERS = pytest.mark.parametrize("workers", [[], ["-n", "2", "--dist", "loadfile"]], ids=["serial", "xdist"])
+
+
+def test_guard_passes_when_every_cell_runs(pytester):  # under xdist: `make test` itself
     _write(pytester, ["x = 1", "assert x == 1"])
     result = pytester.runpytest_subprocess("--nbval-lax", "--nbval-current-env", "-p", "no:cacheprovider")
     result.assert_outcomes(passed=2)
     assert result.ret == pytest.ExitCode.OK
 
 
-def test_guard_fails_when_a_cell_is_skipped(pytester):
+@WORKERS
+def test_guard_fails_when_a_cell_is_skipped(pytester, workers):
     _write(pytester, ["x = 1", "# NBVAL_SKIP\nassert x == 1"])
-    result = pytester.runpytest_subprocess("--nbval-lax", "--nbval-current-env", "-p", "no:cacheprovider")
+    result = pytester.runpytest_subprocess("--nbval-lax", "--nbval-current-env", "-p", "no:cacheprovider", *workers)
     result.stdout.fnmatch_lines(["*notebook guard: demo.ipynb: only 1 of 2 code cells ran and passed*"])
     assert result.ret == pytest.ExitCode.TESTS_FAILED

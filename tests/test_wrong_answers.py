@@ -19,6 +19,8 @@ from IPython.core.inputtransformer2 import TransformerManager
 from nbtools import NOTEBOOK_DIR, is_solution_cell, is_test_cell, nbgrader_meta, read
 
 HIDDEN = "### BEGIN HIDDEN TESTS"
+# Notebook 09's "asks torch" wrong answer calls torch.quantize_per_tensor, which torch says is deprecated.
+pytestmark = pytest.mark.filterwarnings("ignore:torch.quantize_per_tensor:UserWarning")
 
 
 @dataclass(frozen=True)
@@ -56,6 +58,69 @@ def run_exercise(prefix: str, grade_id: str, answer: str | None = None, *, hidde
     for source in (setup.source, *_exercise_code(cells, index), answer, test_source):
         exec(compile(to_python(source), f"<{prefix} {grade_id}>", "exec"), namespace)
 
+
+FLOPS = "def matmul_flops(m, n, k):\n"
+TIMER = "def time_per_call(fn, sync, repeats, clock=time.perf_counter):\n"
+TIMED_LOOP = "    for _ in range(repeats): fn()\n"
+CHOOSE = "def choose_device_type(cuda_available, mps_available):\n"
+CALL_ORDER = r"the order of calls should be"
+
+_WRONG_01 = [
+    Wrong("01", "ex1_matmul_flops", "one FLOP per multiply-add", FLOPS + "    return m * n * k", "2, got 1", False),
+    Wrong("01", "ex1_matmul_flops", "counts the outputs", FLOPS + "    return 2 * m * n", "48, got 12", False),
+    Wrong("01", "ex1_matmul_flops", "returns a float", FLOPS + "    return 2.0 * m * n * k", "should be an int", False),
+    Wrong(
+        "01",
+        "ex2_time_per_call",
+        "no warm-up call",
+        TIMER + "    sync(); start = clock()\n" + TIMED_LOOP + "    sync()\n    return (clock() - start) / repeats",
+        CALL_ORDER,
+        False,
+    ),
+    Wrong(
+        "01",
+        "ex2_time_per_call",
+        "reads the clock before synchronising",
+        TIMER + "    fn(); start = clock()\n" + TIMED_LOOP + "    sync()\n    return (clock() - start) / repeats",
+        CALL_ORDER,
+        False,
+    ),
+    Wrong(
+        "01",
+        "ex2_time_per_call",
+        "no sync after the timed calls",
+        TIMER + "    fn(); sync(); start = clock()\n" + TIMED_LOOP + "    return (clock() - start) / repeats",
+        CALL_ORDER,
+        False,
+    ),
+    Wrong(
+        "01",
+        "ex2_time_per_call",
+        "returns the total",
+        TIMER + "    fn(); sync(); start = clock()\n" + TIMED_LOOP + "    sync()\n    return clock() - start",
+        "seconds per call should be about 0.5, got 1.5",
+        False,
+    ),
+    # The visible tests pass these two; the hidden ones catch them.
+    Wrong(
+        "01",
+        "ex3_choose_device",
+        "prefers MPS to CUDA",
+        CHOOSE + "    if mps_available: return 'mps'\n    return 'cuda' if cuda_available else 'cpu'",
+        r"choose_device_type\(True, True\) should be 'cuda'",
+    ),
+    Wrong(
+        "01",
+        "ex3_choose_device",
+        "ignores MPS",
+        CHOOSE + "    return 'cuda' if cuda_available else 'cpu'",
+        r"choose_device_type\(False, True\) should be 'mps'",
+    ),
+    Wrong("01", "ex4_sync_lines", "misses the boolean-mask index", "SYNC_LINES = {4, 7, 10, 11}", "got {10, 11, 4, 7}"),
+    Wrong("01", "ex4_sync_lines", "a queued reduction as a sync", "SYNC_LINES = {3, 4, 5, 7, 10, 11}", "got {3, "),
+    Wrong("01", "ex4_sync_lines", "the no-op non_blocking move", "SYNC_LINES = {4, 5, 7, 10, 11, 12}", "11, 12}"),
+    Wrong("01", "ex4_sync_lines", "a list", "SYNC_LINES = [4, 5, 7, 10, 11]", "should be a set, got list", False),
+]
 
 KAIMING_WITH_INIT = """
 def kaiming_normal(fan_out, fan_in, gain=math.sqrt(2.0), generator=None):
@@ -804,7 +869,7 @@ _WRONG_12 = [
     Wrong("12", "ex3_fast_train", "hard-codes the width", FAST_HARD_CODED_WIDTH, "named and shaped"),
 ]
 
-WRONG = _WRONG_02_04 + _WRONG_05_07 + _WRONG_08_10 + _WRONG_11 + _WRONG_12
+WRONG = _WRONG_01 + _WRONG_02_04 + _WRONG_05_07 + _WRONG_08_10 + _WRONG_11 + _WRONG_12
 
 
 @pytest.mark.parametrize("wrong", WRONG, ids=lambda w: f"{w.notebook}-{w.grade_id}-{w.why}")
@@ -824,7 +889,7 @@ def test_a_reproducible_sampler_passes_the_visible_tests_of_exercise_3():
     run_exercise("03", "ex3_reproducible_loader", SEEDED_SAMPLER, hidden=False)
 
 
-@pytest.mark.parametrize("prefix", ["08", "09", "10", "11", "12"])
+@pytest.mark.parametrize("prefix", [f"{n:02d}" for n in range(1, 13)])
 def test_every_exercise_has_a_wrong_answer(prefix):
     exercises = {nbgrader_meta(c)["grade_id"] for c in read(_notebook(prefix)).cells if is_solution_cell(c)}
     covered = {w.grade_id for w in WRONG if w.notebook == prefix}
