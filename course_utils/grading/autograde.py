@@ -22,9 +22,9 @@ step and using nbgrader's own preprocessors, configured by the course's
 A submission already autograded and not newer than its autograded copy is skipped, as
 by ``nbgrader autograde`` without ``--force``. The autograded folder is built aside and
 put in place only when the whole submission is graded, so a run that is stopped midway
-leaves its unfinished submissions to be graded by the next one. Problems the instructor can fix (nothing
-released, an unknown assignment, no submissions) raise ``CourseError`` with the reason.
-Returns a ``Summary``.
+leaves its unfinished submissions to be graded by the next one. Problems the instructor
+can fix (nothing released, an unknown assignment, no submissions) raise ``CourseError``
+with the reason. Returns a ``Summary``.
 """
 
 from __future__ import annotations
