@@ -431,27 +431,28 @@ class _State:
     def _plain(self, value: object) -> bool:
         return type(value) in self.plain or (type(value) in self.containers and self._problem(value) is None)
 
+    def _versus_plain(self, value: object, resisting: str) -> str | None:
+        """What the value's own class does when compared with a plain value (None: nothing, or plain itself)."""
+        if type(value) in self.plain or type(value) in self.containers:
+            return None
+        try:
+            return self._class_verdict(type(value))[1]
+        except Exception:
+            return resisting
+
     def compare(self, left, op: str, right):
         for value, other in ((left, right), (right, left)):
             self.inspect_value(value)
-            if type(value) not in self.plain and type(value) not in self.containers:
-                try:
-                    _, versus_plain = self._class_verdict(type(value))
-                except Exception:
-                    versus_plain = "an object that resists inspection"
-                if versus_plain and self._plain(other):
-                    self._fail(f"{versus_plain} (class {type(value).__qualname__}), compared with a plain value")
+            versus_plain = self._versus_plain(value, "an object that resists inspection")
+            if versus_plain and self._plain(other):
+                self._fail(f"{versus_plain} (class {type(value).__qualname__}), compared with a plain value")
         return _OPERATORS[op](left, right)
 
     def truth(self, value):
         self.inspect_value(value)
-        if type(value) not in self.plain and type(value) not in self.containers:
-            try:
-                _, versus_plain = self._class_verdict(type(value))
-            except Exception:
-                versus_plain = "an object that resists inspection, __bool__"
-            if versus_plain and ("__bool__" in versus_plain or "__len__" in versus_plain):
-                self._fail(f"{versus_plain} (class {type(value).__qualname__}), asserted as true")
+        versus_plain = self._versus_plain(value, "an object that resists inspection, __bool__")
+        if versus_plain and ("__bool__" in versus_plain or "__len__" in versus_plain):
+            self._fail(f"{versus_plain} (class {type(value).__qualname__}), asserted as true")
         return bool(value)
 
 
