@@ -114,3 +114,20 @@ def test_validate_reports_a_test_nbgrader_cannot_score_instead_of_a_traceback(tm
     [cell] = verdict["cells"]
     assert (cell["grade_id"], cell["status"]) == ("t1", "fail")
     assert "partial credit cannot be greater than maximum points" in cell["message"]
+
+
+@pytest.mark.parametrize(
+    ("configured", "before", "after"),
+    [
+        (["IgnorePattern", "Execute", "SaveAutoGrades"], ["IgnorePattern"], ["SaveAutoGrades"]),
+        (["IgnorePattern", "SaveAutoGrades"], [], ["IgnorePattern", "SaveAutoGrades"]),  # no Execute: none lost
+    ],
+)
+def test_every_configured_autograde_preprocessor_runs_in_its_place(tmp_path, configured, before, after):
+    from course_utils.grading.autograde import _Nbgrader
+
+    names = ", ".join(f'"nbgrader.preprocessors.{name}"' for name in configured)
+    (tmp_path / "nbgrader_config.py").write_text(f"c = get_config()\nc.Autograde.autograde_preprocessors = [{names}]\n")
+    steps = _Nbgrader(Course(tmp_path))
+    assert [type(p).__name__ for p in steps.before_execute] == before
+    assert [type(p).__name__ for p in steps.after_execute] == after

@@ -183,8 +183,10 @@ class _Nbgrader:
         self.converter = course.configurable(Autograde, coursedir=course.coursedir)
         self.sanitize = _preprocessors(self.converter.sanitize_preprocessors, self.converter)
         steps = _preprocessors(self.converter.autograde_preprocessors, self.converter)
-        split = next((i for i, p in enumerate(steps) if isinstance(p, Execute)), 0)
-        self.before_execute, self.after_execute = steps[:split], steps[split + 1 :]
+        # nbgrader runs them in order, Execute among them; ours runs in the sandbox in its place.
+        split = next((i for i, p in enumerate(steps) if isinstance(p, Execute)), None)
+        self.before_execute = steps[:split] if split is not None else []
+        self.after_execute = steps[split + 1 :] if split is not None else steps
         self.create_student = self.converter.create_student
         self.exclude = self.converter.exclude_overwriting
         self.permissions = int(str(self.converter.permissions), 8)
@@ -304,7 +306,10 @@ class _Run:
             data = (sub.folder / f"{name}.ipynb").read_bytes()
             spec = self.spec(sub.assignment, name)
             try:
-                item = prepare(data, spec, self.nbgrader.sanitize, self.resources(sub, name))
+                resources = self.resources(sub, name)
+                item = prepare(data, spec, self.nbgrader.sanitize, resources)
+                for preprocessor in self.nbgrader.before_execute if item.runnable else ():
+                    item.nb, resources = preprocessor(item.nb, resources)
             except Exception as error:  # nbgrader's own checks refused the notebook
                 why = f"{type(error).__name__}: {error}"
                 problem = f"{GRADER_PROBLEM}: could not prepare it ({why})."
