@@ -66,18 +66,31 @@ def _paths_to_keep() -> list[str]:
     return sorted(p for p in paths if p.startswith("/tmp/"))
 
 
+_private_tmp_mounted = False  # this worker's previous job left its tmpfs on /tmp
+
+
+def _unmount_private_tmp() -> None:
+    """Take the previous job's tmpfs off /tmp (only ours: a real /tmp that is a mount stays)."""
+    global _private_tmp_mounted
+    if _private_tmp_mounted:
+        ctypes.CDLL(None, use_errno=True).umount2(b"/tmp", _MNT_DETACH)
+        _private_tmp_mounted = False
+
+
 def _mount_private_tmp(size: int) -> bool:
     """A fresh size-limited tmpfs on /tmp, with the interpreter and package bound back in.
 
     Without the bind mounts, a checkout or virtual environment under /tmp (a CI clone, say)
     would vanish behind the new /tmp and no kernel could start.
     """
+    global _private_tmp_mounted
     libc = ctypes.CDLL(None, use_errno=True)
-    libc.umount2(b"/tmp", _MNT_DETACH)  # the previous job's tmpfs, if any: the real /tmp shows again
+    _unmount_private_tmp()  # the real /tmp shows again
     keep = {path: os.open(path, os.O_PATH) for path in _paths_to_keep()}
     try:
         if libc.mount(b"tmpfs", b"/tmp", b"tmpfs", 2 | 4, f"size={size},mode=0711".encode()) != 0:
             return False
+        _private_tmp_mounted = True
         for path, fd in keep.items():
             os.makedirs(path, mode=0o755, exist_ok=True)
             if libc.mount(f"/proc/self/fd/{fd}".encode(), path.encode(), None, _MS_BIND | _MS_REC, None) != 0:
@@ -98,7 +111,7 @@ def _open_folder(path: str | None, unmount_tmp: bool) -> int | None:
     if not path:
         return None
     if unmount_tmp:
-        ctypes.CDLL(None, use_errno=True).umount2(b"/tmp", _MNT_DETACH)
+        _unmount_private_tmp()
     try:
         return os.open(path, os.O_RDONLY | os.O_DIRECTORY)
     except OSError:
