@@ -651,8 +651,8 @@ def _counting(diagnosis: Diagnosis, device: torch.device) -> Iterator[None]:
         if device.type == "cuda":
             recorded = stack.enter_context(warnings.catch_warnings(record=True))
             warnings.simplefilter("always")
+            stack.callback(torch.cuda.set_sync_debug_mode, torch.cuda.get_sync_debug_mode())  # the learner's
             torch.cuda.set_sync_debug_mode("warn")
-            stack.callback(torch.cuda.set_sync_debug_mode, "default")
         stack.enter_context(counter)
         try:
             yield

@@ -372,16 +372,18 @@ def test_diagnose_removes_its_counters_when_training_fails():
 
 
 def test_on_cuda_host_syncs_come_from_the_sync_debug_mode(monkeypatch):
-    """The CUDA branch without a GPU: the debug mode is switched on and off, its warnings counted."""
+    """The CUDA branch without a GPU: the debug mode is switched on, its warnings counted, the
+    learner's own mode (here "error", 2) put back."""
     modes = []
     monkeypatch.setattr(torch.cuda, "set_sync_debug_mode", modes.append)
+    monkeypatch.setattr(torch.cuda, "get_sync_debug_mode", lambda: 2)
     diagnosis = Diagnosis(device_type="cuda")
     with capstone._counting(diagnosis, torch.device("cuda")):
         for _ in range(3):
             warnings.warn("called a synchronizing CUDA operation", UserWarning, stacklevel=1)
         warnings.warn("something else", UserWarning, stacklevel=1)
         torch.ones(2).sum().item()  # a read on the CPU: not what is counted on CUDA
-    assert modes == ["warn", "default"]
+    assert modes == ["warn", 2]
     assert diagnosis.host_syncs == 3
     assert no_hooks_left()
 
@@ -426,8 +428,8 @@ def test_grade_fast_train_checks_correctness_before_timing():
 
 
 def test_grade_fast_train_end_to_end():
-    grade = grade_fast_train(fast_train, task=SMALL, rounds=3)
-    assert CORRECTNESS_POINTS <= grade.points <= MAX_POINTS
+    grade = grade_fast_train(fast_train, task=SMALL, rounds=3)  # the training agrees, or this raises
+    assert 0 < grade.speedup.ratio < float("inf")
     assert 1 <= len(grade.speedup.ratios) <= 3 and grade.diagnosis.mistakes() == []
     assert "mistakes left: none found" in str(grade)
 
