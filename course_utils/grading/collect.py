@@ -40,7 +40,7 @@ from pathlib import Path, PurePosixPath
 from course_utils.grading.course import Course, CourseError
 from course_utils.grading.sanitize import MAX_SUBMISSION_BYTES
 
-__all__ = ["CollectError", "Collected", "collect", "parse_name"]
+__all__ = ["CollectError", "Collected", "collect", "parse_name", "student_id"]
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
 _RESUBMISSION = re.compile(r"(?:-\d+|\s*\(\d+\))\s*$")  # an LMS's "-1" or "(1)" copy of a file
@@ -71,7 +71,8 @@ class _Incoming:
     stamp_text: str | None = None  # a timestamp.txt to copy verbatim
 
 
-def _clean(student: str) -> str:
+def student_id(student: str) -> str:
+    """A name made safe as a student id (what collect and export do to the names they read)."""
     student = _UNSAFE.sub("_", student).strip("._-")
     return student if student not in {"", ".", ".."} else ""
 
@@ -104,15 +105,15 @@ def parse_name(
         return f"cannot tell which notebook of {assignment} it is ({', '.join(notebooks)})"
     if student_pattern:
         match = re.search(student_pattern, path.stem)
-        student = _clean(match.group("student")) if match else ""
+        student = student_id(match.group("student")) if match else ""
     else:
         rest = stem
         for word in sorted({notebook, assignment}, key=len, reverse=True):
             rest = rest.replace(word, " ")
-        student = _clean(_RESUBMISSION.sub("", rest))
+        student = student_id(_RESUBMISSION.sub("", rest))
     if not student:
         candidates = [f for f in reversed(folders) if f not in assignments and f not in notebooks]
-        student = _clean(candidates[0]) if candidates else ""
+        student = student_id(candidates[0]) if candidates else ""
     if not student:
         return "no student id in its name or folder (use --student-pattern)"
     if student in assignments:
@@ -186,7 +187,7 @@ def _gather(course: Course, source: Path, assignment, student_pattern, report) -
     incoming: dict[tuple[str, str], _Incoming] = {}
     layout = _nbgrader_layout(source, assignments) if source.is_dir() else []
     for folder in layout:
-        student, name = _clean(folder.parent.name), folder.name
+        student, name = student_id(folder.parent.name), folder.name
         if assignment is not None and name != assignment:
             continue
         if not student or student in assignments:

@@ -34,13 +34,13 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from course_utils.grading.collect import student_id
 from course_utils.grading.course import Course, CourseError
 
 __all__ = ["CANVAS_IDENTITY", "Exported", "export"]
 
 CANVAS_IDENTITY = ["Student", "ID", "SIS User ID", "SIS Login ID", "Section"]
 _READ_ONLY = "(read only)"
-_UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
 
 
 @dataclass
@@ -136,7 +136,7 @@ def _canvas(course: Course, roster: Path, match_column: str, data) -> tuple[Path
     out, matched = [points], set()
     for person in people:
         raw = person[match_column].strip()
-        student = raw if raw in known else _UNSAFE.sub("_", raw).strip("._-")
+        student = raw if raw in known else student_id(raw)
         identity = [person.get(column, "") or "" for column in CANVAS_IDENTITY]
         if student not in known:
             out.append([*identity, *("" for _ in assignments), "", ""])

@@ -222,11 +222,6 @@ def read_submission(data: bytes) -> tuple[NotebookNode | None, str | None, int |
     return nb, None, version if isinstance(version, int) else None
 
 
-def _label(cell: NotebookNode, index: int) -> str:
-    name = nbgrader_meta(cell).get("grade_id")
-    return f"`{name}`" if name else f"cell {index + 1}"
-
-
 def _repair_metadata(nb: NotebookNode, spec: SourceNotebook, notes: list[str]) -> None:
     """Make every cell's nbgrader metadata something nbgrader can process, and true to the gradebook."""
     from nbgrader import utils
@@ -337,8 +332,6 @@ def _restore(nb: NotebookNode, spec: SourceNotebook, notes: list[str]) -> None:
             _set_cell_type(cell, source.cell_type)
         if cell is not None and source.locked and cell.source != source.source:
             cell.source = source.source
-            if source.checksum:
-                cell.metadata["nbgrader"]["checksum"] = source.checksum
         if cell is not None and source.checksum:
             cell.metadata["nbgrader"]["checksum"] = source.checksum
     taken: set[int] = set()
