@@ -44,3 +44,11 @@ def test_lock_contains_every_pin():
 def test_torch_pin_is_the_cpu_file_on_disk():
     # A looser torch requirement would pull a multi-GB CUDA build on the CI machine.
     assert _pyproject_pins()["torch"] == "2.13.0"
+
+
+def test_gpu_check_installs_what_the_lock_pins():
+    """`make gpu-check` installs missing packages on a GPU box itself: the same versions as here."""
+    from gpu_check import NEEDED
+
+    lock = _pins((ROOT / "requirements.lock").read_text().splitlines())
+    assert _pins(NEEDED.values()).items() <= lock.items()
