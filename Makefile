@@ -17,16 +17,18 @@ ROOT_FLAG := $(if $(filter 0,$(shell id -u)),--allow-root)
 
 .PHONY: lab lab-instructor workspace test colab-test browser-test chromium site install lint release grade-benchmark gpu-check set-repo-url clean
 
-$(STAMP): pyproject.toml requirements.lock
+# Two distributions, both editable: course_utils (this folder's pyproject.toml, what notebooks import)
+# and the grader (grading/pyproject.toml, the `course` command).
+$(STAMP): pyproject.toml grading/pyproject.toml requirements.lock
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --disable-pip-version-check -r requirements.lock
-	$(BIN)/python -m pip install --quiet --disable-pip-version-check --no-deps --no-build-isolation -e .
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check --no-deps --no-build-isolation -e . -e ./grading
 	@touch $(STAMP)
 
 install: $(STAMP)  ## create .venv and install the pinned environment
 
-workspace: $(STAMP)  ## create or update workspace/ from grading/release/ (never overwrites your edits)
-	$(BIN)/python -m course_utils.workspace --into $(WORKSPACE)
+workspace: $(STAMP)  ## create or update workspace/ from grading/course/release/ (never overwrites your edits)
+	$(BIN)/python -m grading.lab.workspace --into $(WORKSPACE)
 
 lab: workspace  ## open JupyterLab on workspace/, the learner's lab (no instructor tools; Validate runs `course validate`)
 	PATH="$(abspath $(BIN)):$$PATH" JUPYTER_CONFIG_PATH="$(CURDIR)/jupyter/learner$${JUPYTER_CONFIG_PATH:+:$$JUPYTER_CONFIG_PATH}" \
@@ -36,7 +38,7 @@ lab-instructor: $(STAMP)  ## open JupyterLab on notebooks/ (solutions, hidden te
 	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/jupyter lab --notebook-dir=$(NOTEBOOK_DIR) --port=$(PORT) $(ROOT_FLAG) $(LAB_ARGS)
 
 test: $(STAMP)  ## lint, check notebooks, run unit tests and every notebook (small sizes)
-	$(BIN)/ruff check course_utils tests notebooks docs
+	$(BIN)/ruff check course_utils grading tools tests notebooks docs
 	$(BIN)/nbstripout --verify notebooks/*.ipynb
 	COURSE_QUICK=1 $(BIN)/pytest $(if $(filter-out 1,$(TEST_JOBS)),-n $(TEST_JOBS) --dist loadfile) $(PYTEST_ARGS)
 
@@ -69,13 +71,13 @@ chromium:  ## Debian's chromium on PATH for the browser test: installed with apt
 	@command -v chromium >/dev/null 2>&1 || { echo "chromium: apt-get finished but there is still no chromium on PATH"; exit 1; }
 
 lint: $(STAMP)  ## ruff only
-	$(BIN)/ruff check course_utils tests notebooks docs
+	$(BIN)/ruff check course_utils grading tools tests notebooks docs
 
-release: $(STAMP)  ## regenerate the student versions in grading/release/ from notebooks/
+release: $(STAMP)  ## regenerate the student versions in grading/course/release/ from notebooks/
 	$(BIN)/course release
 
 grade-benchmark: $(STAMP)  ## plain nbgrader vs `course autograde --jobs 2` on a class of 20; prints the ratio
-	$(BIN)/python grading/benchmark.py $(BENCH_ARGS)
+	$(BIN)/python tools/grade_benchmark.py $(BENCH_ARGS)
 
 # The GPU check uses the Python at hand (a GPU machine's own CUDA build of torch), not .venv.
 GPU_PYTHON ?= python3
@@ -84,7 +86,7 @@ gpu-check:  ## every notebook top to bottom at GPU sizes; executed notebooks and
 
 set-repo-url: $(STAMP)  ## for a fork: make set-repo-url URL=https://github.com/OWNER/NAME (rewrites every link), then commit
 	@test -n "$(URL)" || { echo "usage: make set-repo-url URL=https://github.com/OWNER/NAME"; exit 2; }
-	$(BIN)/python -m course_utils.repo_url "$(URL)"
+	$(BIN)/python tools/repo_url.py "$(URL)"
 
 clean:  ## remove the virtual environment
 	rm -rf $(VENV)

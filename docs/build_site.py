@@ -8,7 +8,7 @@ discovering what is there (never a fixed list):
 * ``NN_slug.ipynb``: each notebook as the site shows it (``site_notebook``): hidden tests
   removed (nbgrader's ``ClearHiddenTests``), solutions folded behind "Show the solution",
   the Colab badge (an image fetched from Google) replaced by a plain link to the student
-  version, built from ``[project.urls] Repository`` (``course_utils.repo_url``);
+  version, built from ``[project.urls] Repository`` (``repo_url``);
 * ``instructor-guide.md``: ``grading/README.md``;
 * ``conf.py``, ``_static/`` from ``docs/``, and MathJax from the ``jupyter-server-mathjax`` wheel.
 
@@ -37,7 +37,9 @@ import nbformat
 from nbformat import NotebookNode
 
 from course_utils.env import quick_mode
-from course_utils.repo_url import repository_url, slug
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tools"))  # the maintainers' scripts
+from repo_url import colab_url, repository_url
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs"
@@ -50,14 +52,6 @@ SOLUTION_PROMPTS = {"code_prompt_show": "Show the solution", "code_prompt_hide":
 def notebooks(root: Path = ROOT) -> list[Path]:
     """The course's notebooks, in order: ``notebooks/NN_*.ipynb``."""
     return sorted((root / "notebooks").glob("[0-9][0-9]_*.ipynb"))
-
-
-def colab_url(stem: str, root: Path = ROOT) -> str:
-    """Colab's link to the student version of notebook ``stem`` (``grading/release/STEM/STEM.ipynb``)."""
-    return (
-        f"https://colab.research.google.com/github/{slug(repository_url(root))}"
-        f"/blob/main/grading/release/{stem}/{stem}.ipynb"
-    )
 
 
 def title_and_summary(nb: NotebookNode) -> tuple[str, str]:
@@ -82,9 +76,9 @@ def rewrite_links(text: str, source: str, pages: dict[str, str], root: Path = RO
     ``pages`` maps repository paths to the site's documents (``notebooks/01_x.ipynb`` ->
     ``01_x.ipynb``); any other relative target becomes its GitHub URL.
 
-    >>> text = "[b](../notebooks/01_x.ipynb#fit) [c](benchmark.py) [d](#top) [e](https://x.org)"
+    >>> text = "[b](../notebooks/01_x.ipynb#fit) [c](cli.py) [d](#top) [e](https://x.org)"
     >>> rewrite_links(text, "grading/README.md", {"notebooks/01_x.ipynb": "01_x.ipynb"}).replace(repository_url(), "R")
-    '[b](01_x.ipynb#fit) [c](R/blob/main/grading/benchmark.py) [d](#top) [e](https://x.org)'
+    '[b](01_x.ipynb#fit) [c](R/blob/main/grading/cli.py) [d](#top) [e](https://x.org)'
     """
 
     def one(match: re.Match) -> str:

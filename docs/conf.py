@@ -9,7 +9,7 @@ from the ``jupyter-server-mathjax`` wheel (``_static/mathjax``, copied by the bu
 
 from pathlib import Path
 
-from course_utils.repo_url import repository_url
+from repo_url import repository_url
 
 SITE = Path(__file__).resolve().parents[1]  # build/site: src/ (this file), html/, jupyter_cache/
 

@@ -44,11 +44,10 @@ from browser import (
     start_lab,
 )
 from nbtools import error_of, is_solution_cell, is_test_cell, nbgrader_meta
-
-from course_utils.repo_url import repository_url, slug
+from repo_url import repository_url, slug
 
 ROOT = Path(__file__).resolve().parents[1]
-RELEASE = ROOT / "grading" / "release"
+RELEASE = ROOT / "grading" / "course" / "release"
 STUDENT = sorted(p.relative_to(RELEASE).as_posix() for p in RELEASE.glob("[0-9][0-9]_*/*.ipynb"))
 SOLVED = sorted(p.name for p in (ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
 SITE = ROOT / "build" / "site" / "html"
@@ -125,14 +124,14 @@ def _selected(session: pytest.Session, parameter: str) -> list[str]:
 @pytest.fixture(scope="module")
 def browser_run(request, tmp_path_factory) -> BrowserSession:
     """Both labs, and every selected notebook run in Chromium (once for the whole module)."""
-    assert STUDENT and SOLVED, "no notebooks found in grading/release/ or notebooks/"
+    assert STUDENT and SOLVED, "no notebooks found in grading/course/release/ or notebooks/"
     student, solved = _selected(request.session, "relative"), _selected(request.session, "name")
     scratch = tmp_path_factory.mktemp("browser")
     shutil.rmtree(SHOTS, ignore_errors=True)
     SHOTS.mkdir(parents=True)
     notebooks = scratch / "notebooks"
     shutil.copytree(ROOT / "notebooks", notebooks, ignore=shutil.ignore_patterns(".ipynb_checkpoints"))
-    workspace = scratch / "workspace"  # `make lab` creates it from grading/release/
+    workspace = scratch / "workspace"  # `make lab` creates it from grading/course/release/
     # Install (or check) .venv once, so that the two labs' `make` do not both reinstall it at once.
     subprocess.run(["make", "--no-print-directory", "install"], cwd=ROOT, check=True, capture_output=True)
     with (
@@ -224,7 +223,7 @@ class _QuietHandler(http.server.SimpleHTTPRequestHandler):
 def _colab_url(stem: str) -> str:
     return (
         f"https://colab.research.google.com/github/{slug(repository_url(ROOT))}"
-        f"/blob/main/grading/release/{stem}/{stem}.ipynb"
+        f"/blob/main/grading/course/release/{stem}/{stem}.ipynb"
     )
 
 

@@ -31,15 +31,13 @@ from jupyter_client.kernelspec import KernelSpecManager
 from nbclient import NotebookClient
 from nbformat.v4 import new_code_cell
 from nbtools import error_of, exercise_problems
+from repo_url import repository_url
 
 import course_utils
-from course_utils.repo_url import repository_url
 
 ROOT = Path(__file__).resolve().parents[1]
-RELEASED = sorted((ROOT / "grading" / "release").glob("*/*.ipynb"))
+RELEASED = sorted((ROOT / "grading" / "course" / "release").glob("*/*.ipynb"))
 COLAB_PACKAGES = ["torch", "numpy", "matplotlib", "scikit-learn", "tqdm", "ipykernel"]
-# course_utils modules for the instructor's and the lab's machines only; everything else must import on Colab.
-NOT_FOR_COLAB = {"grading", "lab_validate", "repo_url", "workspace"}
 FACTS = """
 import importlib.metadata, importlib.util, json, sys
 import course_utils, torch
@@ -136,20 +134,22 @@ def test_the_environment_has_only_what_colab_ships(colab):
     assert not installed & {"course-utils", "nbgrader", "jupyterlab", "nbformat", "nbclient", "torchao", "nbval"}
 
 
-def test_course_utils_installs_without_dependencies_and_imports_without_nbgrader(colab):
+def test_course_utils_installs_without_dependencies_and_brings_no_grading_code(colab):
     before = colab.distributions()
     colab.pip("install", "--quiet", "--no-deps", f"course-utils @ file://{colab.checkout}")
     assert colab.distributions() - before == {"course-utils"}
     modules = sorted(m.name for m in pkgutil.iter_modules(course_utils.__path__))
-    assert set(modules) >= NOT_FOR_COLAB
-    for_colab = [m for m in modules if m not in NOT_FOR_COLAB]
     check = (
-        "import importlib, sys, course_utils\n"
-        f"for name in {for_colab!r}: importlib.import_module('course_utils.' + name)\n"
+        "import importlib, importlib.metadata, importlib.util, sys, course_utils\n"
+        f"for name in {modules!r}: importlib.import_module('course_utils.' + name)\n"
         "[getattr(course_utils, name) for name in course_utils.__all__]\n"
         "assert course_utils.__file__.startswith(sys.argv[1]), course_utils.__file__\n"
         "heavy = sorted({m.split('.')[0] for m in sys.modules} & {'nbgrader', 'jupyterlab', 'nbformat', 'nbclient'})\n"
         "assert not heavy, heavy\n"
+        "files = [str(f) for f in importlib.metadata.files('course-utils') if '.dist-info' not in str(f)]\n"
+        "packages = {f.split('/')[0] for f in files}\n"
+        "assert packages == {'course_utils'}, packages\n"
+        "assert importlib.util.find_spec('grading') is None, 'the grader came with the learner install'\n"
     )
     subprocess.run(
         [str(colab.python), "-c", check, str(colab.site_packages)], env=colab.env, cwd=colab.checkout.parent, check=True

@@ -3,10 +3,12 @@
 import random
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import torch
 
+import course_utils
 from course_utils.env import in_colab, quick_mode, scaled, seed_everything
 
 
@@ -62,6 +64,20 @@ def test_every_exported_name_resolves():
 
 
 def test_importing_the_package_does_not_import_torch():
-    probe = "import sys, course_utils, course_utils.grading.cli; print('torch' in sys.modules)"
+    probe = "import sys, course_utils, grading.cli; print('torch' in sys.modules)"
     result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120)
     assert result.stdout.strip() == "False", result.stderr
+
+
+def test_course_utils_imports_nothing_of_the_grader_nbgrader_or_jupyter():
+    """What notebooks import is the learner's package: no grading code, no nbgrader, no Jupyter."""
+    import ast
+
+    banned = {"grading", "nbgrader", "nbformat", "nbclient", "jupyter_server", "jupyter_client", "jupyterlab"}
+    for path in sorted(Path(course_utils.__file__).parent.glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else []
+            if isinstance(node, ast.ImportFrom) and node.level == 0:
+                names = [node.module or ""]
+            hits = {n.split(".")[0] for n in names} & banned
+            assert not hits, f"{path.name} imports {sorted(hits)}"

@@ -20,19 +20,32 @@ def _pins(requirements):
     return pins
 
 
+PYPROJECTS = [ROOT / "pyproject.toml", ROOT / "grading" / "pyproject.toml"]  # course_utils, the grader
+
+
 def _pyproject_pins():
-    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
-    requirements = list(project["dependencies"])
-    for extra in project["optional-dependencies"].values():
-        requirements += extra
-    return _pins(requirements)
+    pins = {}
+    for path in PYPROJECTS:
+        project = tomllib.loads(path.read_text())["project"]
+        requirements = list(project["dependencies"])
+        for extra in project.get("optional-dependencies", {}).values():
+            requirements += extra
+        for name, version in _pins(requirements).items():
+            assert pins.setdefault(name, version) == version, f"{path} pins {name}=={version}, another {pins[name]}"
+    return pins
 
 
 def test_environment_yml_matches_pyproject():
     environment = yaml.safe_load((ROOT / "environment.yml").read_text())
     pip_section = next(d["pip"] for d in environment["dependencies"] if isinstance(d, dict))
-    assert "-e ." in pip_section
+    assert "-e ." in pip_section and "-e ./grading" in pip_section
     assert _pins(pip_section) == _pyproject_pins()
+
+
+def test_the_learners_package_does_not_depend_on_the_grader():
+    """What Colab installs (the root project) needs neither nbgrader nor Jupyter."""
+    learner = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]
+    assert not set(_pins(learner)) & {"nbgrader", "nbformat", "nbclient", "jupyterlab", "ipykernel"}
 
 
 def test_lock_contains_every_pin():

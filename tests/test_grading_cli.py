@@ -10,9 +10,9 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from course_utils.grading.cli import main
-from course_utils.grading.course import REPO_ROOT, Course, default_course
-from course_utils.grading.release import release
+from grading.cli import main
+from grading.coursedir import REPO_ROOT, Course, default_course
+from grading.release import release
 
 FIXTURES = Path(__file__).parent / "fixtures" / "grading"
 sys.path.insert(0, str(FIXTURES))
@@ -29,7 +29,7 @@ def test_help_lists_every_step(capsys):
 
 def test_default_course_is_the_current_directory_with_a_config(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    assert default_course().root == REPO_ROOT / "grading"
+    assert default_course().root == REPO_ROOT / "grading" / "course"
     assert default_course().notebooks == REPO_ROOT / "notebooks"
     (tmp_path / "nbgrader_config.py").write_text('c = get_config()\nc.CourseDirectory.course_id = "other"\n')
     course = default_course()
@@ -124,7 +124,7 @@ def test_validate_reports_a_test_nbgrader_cannot_score_instead_of_a_traceback(tm
     ],
 )
 def test_every_configured_autograde_preprocessor_runs_in_its_place(tmp_path, configured, before, after):
-    from course_utils.grading.autograde import _Nbgrader
+    from grading.autograde import _Nbgrader
 
     names = ", ".join(f'"nbgrader.preprocessors.{name}"' for name in configured)
     (tmp_path / "nbgrader_config.py").write_text(f"c = get_config()\nc.Autograde.autograde_preprocessors = [{names}]\n")

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from course_utils.grading.collect import CollectError, collect, parse_name
-from course_utils.grading.course import Course
+from grading.collect import CollectError, collect, parse_name
+from grading.coursedir import Course
 
 A = "90_grade_fixture_tensors"
 ONE = {A: [A], "01_other": ["01_other"]}

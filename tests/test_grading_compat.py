@@ -30,14 +30,14 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from course_utils.grading.autograde import autograde
-from course_utils.grading.collect import collect
-from course_utils.grading.course import Course
-from course_utils.grading.export import export
-from course_utils.grading.feedback import feedback
-from course_utils.grading.release import release
-from course_utils.grading.sandbox import detect
-from course_utils.grading.validate import validate
+from grading.autograde import autograde
+from grading.collect import collect
+from grading.coursedir import Course
+from grading.export import export
+from grading.feedback import feedback
+from grading.release import release
+from grading.sandbox.protections import detect
+from grading.validate import validate
 
 FIXTURES = Path(__file__).parent / "fixtures" / "grading"
 sys.path.insert(0, str(FIXTURES))

@@ -7,8 +7,8 @@ from pathlib import Path
 import nbformat
 from nbformat.v4 import new_code_cell, new_notebook, new_output
 
-from course_utils.grading.execute import JailedKernelManager, _Client, drop_profiler_chatter
-from course_utils.grading.sandbox import Limits
+from grading.sandbox.execute import JailedKernelManager, _Client, drop_profiler_chatter
+from grading.sandbox.protections import Limits
 
 SOURCE = Path(__file__).parent / "fixtures" / "grading" / "notebooks" / "90_grade_fixture_tensors.ipynb"
 

@@ -16,9 +16,9 @@ import nbformat
 import pytest
 from nbformat.v4 import new_code_cell, new_notebook
 
-from course_utils.grading.sandbox import Limits, detect
-from course_utils.grading.sanitize import with_grader_cells, without_grader_cells
-from course_utils.grading.worker import WorkerPool
+from grading.sandbox.protections import Limits, detect
+from grading.sandbox.worker import WorkerPool
+from grading.sanitize import with_grader_cells, without_grader_cells
 
 ANSWERS = """
 import torch
@@ -171,3 +171,36 @@ def test_a_torch_function_mode_or_a_callback_of_the_submissions_fails_every_late
     assert errors["mode_left_active"][0] == errors["after_the_mode"][0] == "GradingIntegrityError"
     note = next(note for note in notes if note.startswith("Before `mode_left_active`"))
     assert "TorchFunctionMode" in note and "IPython event callbacks" in note
+
+
+FAKE_GUARD = '''
+import hashlib, hmac, os
+
+_token = None
+
+
+def install(shell, modules):
+    global _token
+    with open(".course-grading-token") as f:  # the secret the real guard would have read
+        _token = f.read()
+    os.remove(".course-grading-token")
+
+
+def check(index=0):  # never finds anything, and answers the grader as the real guard would
+    return hmac.new(_token.encode(), str(index).encode(), hashlib.sha256).hexdigest()[:32]
+'''
+
+
+def test_a_grader_package_shipped_with_the_submission_is_not_imported_in_place_of_the_real_one(tmp_path):
+    """The submission's files sit in the kernel's working directory, first on ``sys.path``."""
+    (tmp_path / "grading").mkdir()
+    (tmp_path / "grading" / "__init__.py").write_text("")
+    (tmp_path / "grading" / "guard.py").write_text(FAKE_GUARD)
+    cheat = "import torch\ntorch.allclose = lambda *args, **kwargs: True"
+    test = "import torch\nassert torch.allclose(torch.zeros(1), torch.ones(1))"
+    cells = [new_code_cell(cheat), new_code_cell(test, metadata=_meta("patched_allclose"))]
+    job = {"nb": with_grader_cells(new_notebook(cells=cells)), "files": str(tmp_path)}
+    [(_, result)] = list(WorkerPool(1, detect(), Limits(cell_timeout=60), []).run([("nb", job)]))
+    nb = without_grader_cells(nbformat.from_dict(result["nb"]), [])
+    error = next(o for o in nb.cells[1].outputs if o["output_type"] == "error")
+    assert error["ename"] == "GradingIntegrityError" and "torch.allclose" in error["evalue"], error

@@ -13,9 +13,9 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from course_utils.grading.course import Course
-from course_utils.grading.release import release
-from course_utils.grading.sandbox import detect
+from grading.coursedir import Course
+from grading.release import release
+from grading.sandbox.protections import detect
 
 FIXTURES = Path(__file__).parent / "fixtures" / "grading"
 sys.path.insert(0, str(FIXTURES))
@@ -23,7 +23,7 @@ import grading_cases as cases  # noqa: E402
 
 MARK = "271.828"  # the slow submission's child process: `sleep 271.828`, found by its arguments
 SLOW_CELL = f'import subprocess\nsubprocess.run(["sleep", "{MARK}"])'
-COURSE = [sys.executable, "-m", "course_utils.grading"]
+COURSE = [sys.executable, "-m", "grading"]
 
 
 def _submit(course: Course, student: str, nb: nbformat.NotebookNode) -> None:

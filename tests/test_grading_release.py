@@ -8,8 +8,8 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from course_utils.grading.course import REPO_ROOT, Course, default_course
-from course_utils.grading.release import ReleaseError, find_leaks, release, secret_blocks, stale_releases
+from grading.coursedir import REPO_ROOT, Course, default_course
+from grading.release import ReleaseError, find_leaks, release, secret_blocks, stale_releases
 
 FIXTURES = Path(__file__).parent / "fixtures" / "grading"
 REAL_NOTEBOOKS = sorted((REPO_ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
@@ -107,5 +107,5 @@ def test_release_of_every_real_notebook_works_and_leaks_nothing(real_release):
 
 
 def test_committed_releases_are_current(real_release):
-    problems = stale_releases(default_course(REPO_ROOT / "grading"), real_release)
+    problems = stale_releases(default_course(REPO_ROOT / "grading" / "course"), real_release)
     assert not problems, "\n".join(problems)

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from course_utils.grading.sandbox import GRADING_UID_BASE, Limits, Protections, SlotLease, detect, jail_argv
+from grading.sandbox.protections import GRADING_UID_BASE, Limits, Protections, SlotLease, detect, jail_argv
 
 PROTECTIONS = detect()
 

@@ -14,8 +14,8 @@ import nbformat
 import pytest
 from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
 
-from course_utils.grading.guard import guard
-from course_utils.grading.sanitize import (
+from grading.guard import guard
+from grading.sanitize import (
     SourceNotebook,
     changed_cells,
     is_test,

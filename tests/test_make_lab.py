@@ -26,8 +26,8 @@ from pathlib import Path
 import nbformat
 from nbformat.v4 import new_code_cell, new_notebook
 
-from course_utils.grading.validate import CellVerdict, Validation
-from course_utils.lab_validate import nbgrader_answer
+from grading.lab.validate_button import nbgrader_answer
+from grading.validate import CellVerdict, Validation
 
 ROOT = Path(__file__).resolve().parents[1]
 TOKEN = "course-test-token"
@@ -141,7 +141,7 @@ def test_make_lab_serves_the_learners_workspace_without_instructor_tools(tmp_pat
         ]
     )
     with _make("lab", tmp_path, f"WORKSPACE={workspace}") as lab:
-        assignments = sorted(p.name for p in (ROOT / "grading" / "release").iterdir() if p.is_dir())
+        assignments = sorted(p.name for p in (ROOT / "grading" / "course" / "release").iterdir() if p.is_dir())
         assert sorted(lab.names()) == assignments
         first = assignments[0]
         assert f"{first}.ipynb" in lab.names(first)
@@ -158,7 +158,7 @@ def test_make_lab_serves_the_learners_workspace_without_instructor_tools(tmp_pat
         assert lab.request("assignments/validate?path=../outside.ipynb", method="POST")[0] == 403
 
     course = subprocess.run(
-        [sys.executable, "-m", "course_utils.grading", "validate", str(workspace / "probe.ipynb")],
+        [sys.executable, "-m", "grading", "validate", str(workspace / "probe.ipynb")],
         capture_output=True,
         text=True,
         cwd=ROOT,

@@ -32,7 +32,7 @@ def test_file_name_and_skeleton(path):
     nb = read(path)
     title = nb.cells[0].source
     assert nb.cells[0].cell_type == "markdown" and title.startswith(f"# {path.stem[:2]} "), "title cell first"
-    assert "colab.research.google.com" in title and f"grading/release/{path.stem}/{path.stem}.ipynb" in title
+    assert "colab.research.google.com" in title and f"grading/course/release/{path.stem}/{path.stem}.ipynb" in title
     markdown = "\n".join(c.source for c in nb.cells if c.cell_type == "markdown")
     for heading in ("What you'll learn", "Summary", "Further reading"):
         assert heading in markdown, f"{path.name}: missing a '{heading}' section"

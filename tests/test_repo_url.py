@@ -8,8 +8,7 @@ from pathlib import Path
 
 import nbformat
 import pytest
-
-from course_utils.repo_url import (
+from repo_url import (
     RepoUrlError,
     main,
     mentions,
@@ -23,11 +22,11 @@ ROOT = Path(__file__).resolve().parents[1]
 URL = repository_url(ROOT)
 SLUG = slug(URL)
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
-RELEASED = sorted((ROOT / "grading" / "release").glob("*/*.ipynb"))
+RELEASED = sorted((ROOT / "grading" / "course" / "release").glob("*/*.ipynb"))
 
 
 def _colab_link(stem: str, slug_: str = SLUG) -> str:
-    return f"https://colab.research.google.com/github/{slug_}/blob/main/grading/release/{stem}/{stem}.ipynb"
+    return f"https://colab.research.google.com/github/{slug_}/blob/main/grading/course/release/{stem}/{stem}.ipynb"
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS + RELEASED, ids=lambda p: p.relative_to(ROOT).as_posix())
@@ -39,7 +38,7 @@ def test_each_notebook_installs_from_the_repository_and_its_badge_opens_its_own_
     assert 'if "google.colab" in sys.modules:' in setup.source
     title = nb.cells[0].source
     assert _colab_link(path.stem) in title, f"{path.name}: the Colab badge does not open its own student version"
-    assert (ROOT / "grading" / "release" / path.stem / f"{path.stem}.ipynb").is_file()
+    assert (ROOT / "grading" / "course" / "release" / path.stem / f"{path.stem}.ipynb").is_file()
 
 
 def test_every_link_in_every_file_names_the_same_repository():
@@ -56,7 +55,7 @@ def test_the_readme_course_map_links_every_student_version():
 
 
 def test_a_fork_changes_the_url_once_and_every_link_follows(tmp_path, capsys):
-    for relative in ["README.md", "CONTRIBUTING.md", "pyproject.toml", "notebooks", "grading/release"]:
+    for relative in ["README.md", "CONTRIBUTING.md", "pyproject.toml", "notebooks", "grading/course/release"]:
         source, target = ROOT / relative, tmp_path / relative
         if source.is_dir():
             shutil.copytree(source, target)

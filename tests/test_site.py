@@ -15,8 +15,7 @@ import nbformat
 import pytest
 from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
 from nbtools import is_solution_cell, nbgrader_meta
-
-from course_utils.repo_url import repository_url, slug
+from repo_url import repository_url, slug
 
 ROOT = Path(__file__).resolve().parents[1]
 _spec = importlib.util.spec_from_file_location("build_site", ROOT / "docs" / "build_site.py")
@@ -28,7 +27,7 @@ def _colab(stem: str, root: Path = ROOT) -> str:
     # Written out here, not taken from build_site: the link the README's course map uses.
     return (
         f"https://colab.research.google.com/github/{slug(repository_url(root))}"
-        f"/blob/main/grading/release/{stem}/{stem}.ipynb"
+        f"/blob/main/grading/course/release/{stem}/{stem}.ipynb"
     )
 
 

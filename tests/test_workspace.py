@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from course_utils.workspace import MANIFEST, WorkspaceError, main, sync_workspace
+from grading.lab.workspace import MANIFEST, WorkspaceError, main, sync_workspace
 
 ROOT = Path(__file__).resolve().parents[1]
 NB = "01_demo/01_demo.ipynb"
@@ -133,7 +133,7 @@ def test_bad_input_is_a_clear_error_and_touches_nothing(tmp_path, dirs, capsys):
 
 def test_the_command_line_reports_each_change(dirs):
     release, ws = dirs
-    cmd = [sys.executable, "-m", "course_utils.workspace", "--release", str(release), "--into", str(ws)]
+    cmd = [sys.executable, "-m", "grading.lab.workspace", "--release", str(release), "--into", str(ws)]
     first = subprocess.run(cmd, capture_output=True, text=True, check=True, cwd=ROOT)
     assert f"workspace: added    {NB}" in first.stdout
     second = subprocess.run(cmd, capture_output=True, text=True, check=True, cwd=ROOT)
@@ -142,11 +142,10 @@ def test_the_command_line_reports_each_change(dirs):
 
 def test_the_real_release_makes_a_workspace_of_student_versions(tmp_path):
     """Every release notebook lands in the workspace, and none of them carries a solution."""
-    report = sync_workspace(ROOT / "grading" / "release", tmp_path)
+    report = sync_workspace(ROOT / "grading" / "course" / "release", tmp_path)
     notebooks = sorted(p for p in report.added if p.endswith(".ipynb"))
-    assert notebooks == sorted(
-        p.relative_to(ROOT / "grading/release").as_posix() for p in (ROOT / "grading/release").glob("*/*.ipynb")
-    )
+    release = ROOT / "grading" / "course" / "release"
+    assert notebooks == sorted(p.relative_to(release).as_posix() for p in release.glob("*/*.ipynb"))
     for name in notebooks:
         text = (tmp_path / name).read_text()
         assert "### BEGIN SOLUTION" not in text and "BEGIN HIDDEN TESTS" not in text

@@ -869,7 +869,8 @@ _WRONG_12 = [
     Wrong("12", "ex3_fast_train", "hard-codes the width", FAST_HARD_CODED_WIDTH, "named and shaped"),
 ]
 
-WRONG = _WRONG_01 + _WRONG_02_04 + _WRONG_05_07 + _WRONG_08_10 + _WRONG_11 + _WRONG_12
+# Every module-level list whose name starts with _WRONG (one or more per notebook).
+WRONG = [w for name, cases in sorted(globals().items()) if name.startswith("_WRONG") for w in cases]
 
 
 @pytest.mark.parametrize("wrong", WRONG, ids=lambda w: f"{w.notebook}-{w.grade_id}-{w.why}")

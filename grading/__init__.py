@@ -1,0 +1,29 @@
+"""The grader: the ``course`` command, on nbgrader, for instructors.
+
+Contract: importing this package, or any of its modules, has no side effects and does not
+import torch or ``course_utils`` (the notebooks' helpers); ``course_utils`` never imports
+this package. The modules follow the command's verbs, with the machinery by role:
+
+* ``cli``        the ``course`` command (``python -m grading`` is the same);
+* ``coursedir``  an nbgrader course directory and its configuration, loaded by nbgrader;
+* the verbs, one module each, in the order of a term:
+  ``release`` (student versions of ``source/``, leak checks), ``collect`` (submissions
+  into ``submitted/``), ``autograde`` (a class, in parallel, grades recorded by nbgrader's
+  preprocessors), ``feedback`` (HTML by nbgrader, with test results), ``export`` (CSV and a
+  Canvas import file), ``validate`` (the learner's check before submitting);
+* ``sanitize``   the notebook that is graded: the learner's own, sanitized as nbgrader does,
+  then hardened; ``guard``: the grader's code inside the kernel (tamper checks, objects that
+  lie);
+* ``sandbox/``   where learner code runs: ``protections`` (what isolation this machine
+  offers, the limits), ``jail`` (the wrapper every kernel starts through), ``worker``
+  (grading worker processes), ``execute`` (one notebook in a jailed kernel);
+* ``lab/``       the learner's side of the local JupyterLab (``make lab``): ``workspace``
+  (copies the student versions into the learner's own folder, as ``nbgrader
+  fetch_assignment`` does) and ``validate_button`` (the server extension behind the
+  Validate button, which runs ``validate``). Colab learners never install this package.
+
+``course/`` beside these modules is not code: it is this repository's own nbgrader course
+directory (its ``nbgrader_config.py`` and the generated student versions in ``release/``).
+"""
+
+__all__: list[str] = []

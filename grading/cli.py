@@ -1,0 +1,220 @@
+"""The ``course`` command: release, collect, autograde, feedback, export, validate.
+
+Each subcommand is one step of the instructor's workflow on an nbgrader course directory:
+``--course DIR``, else the current directory when it holds an ``nbgrader_config.py``, else
+the repository's ``grading/course/``. ``validate`` is the learner's. Run ``course <step> --help``
+for the options. Exit status: 0 on success; 1 when something needs attention (a stale
+release, a failing or changed test, a grader error, or nothing to do, with the reason);
+2 on misuse.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import signal
+import sys
+import threading
+from pathlib import Path
+
+from grading.coursedir import CourseError, default_course
+from grading.sandbox.protections import Limits, detect
+
+__all__ = ["main"]
+
+
+def _add_limits(parser: argparse.ArgumentParser) -> None:
+    defaults = Limits()
+    parser.add_argument(
+        "--cell-timeout", type=float, help="seconds per cell (default: Execute.timeout of the course's config)"
+    )
+    parser.add_argument(
+        "--notebook-timeout", type=float, default=defaults.notebook_timeout, help="seconds per notebook"
+    )
+    parser.add_argument("--memory-gb", type=float, default=defaults.memory_bytes / (1 << 30), help="address space")
+    parser.add_argument(
+        "--sandbox", choices=["auto", "root", "userns", "none"], default="auto", help="strongest isolation to try"
+    )
+
+
+def _limits(course, args: argparse.Namespace) -> Limits:
+    from grading.autograde import default_limits
+
+    return default_limits(
+        course,
+        cell_timeout=args.cell_timeout,
+        notebook_timeout=args.notebook_timeout,
+        memory_bytes=int(args.memory_gb * (1 << 30)),
+    )
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="course", description=__doc__.split("\n\n")[0])
+    parser.add_argument(
+        "--course",
+        type=Path,
+        help="nbgrader course directory (default: the current one if it has nbgrader_config.py, else grading/course/)",
+    )
+    parser.add_argument("--notebooks", type=Path, help="this repository's course only: notebooks to release")
+    steps = parser.add_subparsers(dest="step", required=True)
+
+    release = steps.add_parser("release", help="generate the student versions of source/ into release/")
+    release.add_argument("assignments", nargs="*", help="only these (default: every assignment)")
+    release.add_argument("--check", action="store_true", help="only report releases that are out of date")
+    release.add_argument("--duedate", help="record this due date in the gradebook, e.g. '2026-01-31 17:00:00 UTC'")
+
+    collect = steps.add_parser("collect", help="import submissions (nbgrader's submitted/ layout, a folder, a zip)")
+    collect.add_argument("source", type=Path)
+    collect.add_argument("--assignment", help="every file is this assignment (default: read it from the names)")
+    collect.add_argument("--student-pattern", help=r"regex with a (?P<student>...) group, e.g. '(?P<student>[^_]+)_'")
+
+    autograde = steps.add_parser("autograde", help="grade the collected submissions")
+    autograde.add_argument("--jobs", "-j", type=int, default=2, help="notebooks graded at once (default 2)")
+    autograde.add_argument("--assignment", action="append", help="only this assignment (repeatable)")
+    autograde.add_argument("--student", action="append", help="only this student (repeatable)")
+    autograde.add_argument("--force", action="store_true", help="regrade submissions graded before")
+    autograde.add_argument("--no-progress", action="store_true")
+    _add_limits(autograde)
+
+    feedback = steps.add_parser("feedback", help="HTML feedback per student (manual grades included)")
+    feedback.add_argument("--assignment", action="append")
+    feedback.add_argument("--student", action="append")
+    feedback.add_argument("--hide-hidden-tests", action="store_true", help="leave hidden tests' code out")
+
+    export = steps.add_parser("export", help="grades as CSV; with --roster also a Canvas gradebook import file")
+    export.add_argument("--roster", type=Path, help="a CSV of the class, e.g. Canvas's gradebook export")
+    export.add_argument("--match-column", default="SIS Login ID", help="roster column holding the student ids")
+
+    validate = steps.add_parser("validate", help="check a notebook before submitting (as nbgrader validate)")
+    validate.add_argument("notebook", type=Path)
+    validate.add_argument("--json", action="store_true", help="print the verdict as JSON")
+    _add_limits(validate)
+    return parser
+
+
+def _release(course, args) -> int:
+    from grading.release import release, stale_releases
+
+    if args.check:
+        problems = stale_releases(course)
+        print("\n".join(problems) if problems else "releases are up to date")
+        return 1 if problems else 0
+    for path in release(course, args.assignments or None, duedate=args.duedate):
+        print(f"released {path}")
+    return 0
+
+
+def _collect(course, args) -> int:
+    from grading.collect import collect
+
+    report = collect(course, args.source, assignment=args.assignment, student_pattern=args.student_pattern)
+    for item in report:
+        when = f" ({item.timestamp:%Y-%m-%d %H:%M} UTC)" if item.timestamp else ""
+        print(item.note or f"collected {item.student}/{item.assignment}{when}")
+    written = sum(1 for r in report if r.path)
+    print(f"{written} submissions written to {course.submitted}" if written else "nothing new to collect")
+    return 0
+
+
+def _autograde(course, args) -> int:
+    from grading.sandbox.worker import WorkerPool
+
+    protections = detect(args.sandbox)
+    print(protections.describe(), file=sys.stderr)
+    hide = [p for p in (course.root, course.notebooks) if p is not None]
+    with WorkerPool(args.jobs, protections, Limits(), hide) as pool:  # the workers start while we import
+        from grading.autograde import autograde
+
+        summary = autograde(
+            course,
+            limits=_limits(course, args),
+            assignments=args.assignment,
+            students=args.student,
+            force=args.force,
+            progress=not args.no_progress,
+            pool=pool,
+        )
+    for note in summary.ignored:
+        print(f"not graded: {note}")
+    for graded in summary.graded:
+        sub = graded.submission
+        late = f" (late penalty -{graded.late_penalty:g})" if graded.late_penalty else ""
+        manual = " [needs manual grading]" if graded.needs_manual_grade else ""
+        first = f" - {graded.notes[0]}" if graded.notes else ""
+        score = f"{graded.score - graded.late_penalty:g}/{graded.max_score:g}"
+        print(f"{sub.assignment}  {sub.student}: {score}{late}{manual}{first}")
+    print(summary.line())
+    return 1 if summary.errors else 0
+
+
+def _feedback(course, args) -> int:
+    from grading.feedback import feedback
+
+    files = feedback(course, args.assignment, students=args.student, hide_hidden_tests=args.hide_hidden_tests)
+    print(f"{len(files)} feedback files in {course.feedback}")
+    return 0
+
+
+def _export(course, args) -> int:
+    from grading.export import export
+
+    result = export(course, roster=args.roster, match_column=args.match_column)
+    for path in result.files:
+        print(f"wrote {path}")
+    for warning in result.warnings:
+        print(f"warning: {warning}")
+    return 0
+
+
+def _validate(course, args) -> int:
+    from grading.validate import validate
+
+    if not args.notebook.is_file():
+        raise CourseError(f"no notebook at {args.notebook}")
+    result = validate(args.notebook, course, _limits(course, args), detect(args.sandbox))
+    print(json.dumps(result.to_dict(), indent=1) if args.json else result.text())
+    return 0 if result.ok else 1
+
+
+_STEPS = {
+    "release": _release,
+    "collect": _collect,
+    "autograde": _autograde,
+    "feedback": _feedback,
+    "export": _export,
+    "validate": _validate,
+}
+
+
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
+
+
+def main(argv: list[str] | None = None) -> int:
+    # jsonschema (under nbformat) imports rfc3987_syntax, if installed, to check "iri" formats that no
+    # notebook schema uses; building its grammar costs about 1.5 s of CPU per process. The command and
+    # its workers do without it (jsonschema then skips that format check).
+    sys.modules.setdefault("rfc3987_syntax", None)  # type: ignore[assignment]
+    args = _parser().parse_args(argv)
+    in_main_thread = threading.current_thread() is threading.main_thread()
+    # A kill stops the run as Ctrl-C does: the jobs in flight are killed, nothing waits for them.
+    previous = signal.signal(signal.SIGTERM, _interrupt) if in_main_thread else None
+    try:
+        course = default_course(args.course, args.notebooks)
+        if args.course is not None and not course.root.is_dir() and args.step != "release":
+            raise CourseError(f"no course directory at {course.root}")
+        return _STEPS[args.step](course, args)
+    except CourseError as error:
+        print(f"course {args.step}: {error}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        rest = "; run it again to grade the rest (finished submissions are kept)" if args.step == "autograde" else ""
+        print(f"course {args.step}: interrupted{rest}", file=sys.stderr)
+        return 130
+    finally:
+        if in_main_thread:
+            signal.signal(signal.SIGTERM, previous)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,295 @@
+"""Import submissions into ``submitted/<student>/<assignment>/``: from nbgrader's own layout,
+a folder of notebooks, or an LMS zip download.
+
+Contract: ``collect(course, path)`` reads, never changes, ``path`` and copies bytes as they
+are (a broken file is graded, with an explanation, not rejected):
+
+* **nbgrader's layout** (``path`` is a course directory, its ``submitted/``, or any folder
+  shaped ``<student>/<assignment>/`` with notebooks inside, for an assignment of this
+  course): each submission folder is copied whole (notebooks, data, images) with its
+  ``timestamp.txt`` (else the newest file's time);
+* **flat files** (a folder, searched recursively, or a ``.zip``): each ``.ipynb`` is matched
+  to an assignment (``assignment=``, else the assignment named in its file name or folder),
+  to one of that assignment's notebooks (the notebook named in its file name; an
+  assignment of one notebook takes any file), and to a student: ``student_pattern`` (a
+  regex with a ``(?P<student>...)`` group, e.g. Canvas's ``login_userid_subid_name`` with
+  ``(?P<student>[^_]+)_``), else what the file name has besides the assignment and
+  notebook names (``alice_ps1.ipynb``), else the nearest enclosing folder that is not the
+  assignment's. The time is the zip entry's or the file's (UTC).
+
+Student ids are reduced to ``[A-Za-z0-9._-]``. Several files of one student for one
+notebook in one folder (an LMS's ``-1`` resubmission) are versions: the newest is taken.
+The same student, assignment and notebook from two different folders is ambiguous, and
+so is a source where a student id cannot be told apart from an assignment: ``collect``
+then refuses (``CollectError``) and writes nothing. A submission already in
+``submitted/`` is never deleted: identical input leaves it alone, older input is not
+taken, and newer input replaces it only after the old folder is moved to
+``submitted_replaced/<time>/``. Zip entries are read by name only (no path is ever joined
+from a zip), and oversized files are skipped.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import zipfile
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path, PurePosixPath
+
+from grading.coursedir import Course, CourseError
+from grading.sanitize import MAX_SUBMISSION_BYTES
+
+__all__ = ["CollectError", "Collected", "collect", "parse_name", "student_id"]
+
+_UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
+_RESUBMISSION = re.compile(r"(?:-\d+|\s*\(\d+\))\s*$")  # an LMS's "-1" or "(1)" copy of a file
+_MAX_FOLDER_BYTES = 200 * 1024 * 1024
+_STAMP_FORMAT = "%Y-%m-%d %H:%M:%S.%f %Z"
+
+
+class CollectError(CourseError):
+    """The input is ambiguous or holds nothing to collect; nothing was written."""
+
+
+@dataclass(frozen=True)
+class Collected:
+    student: str
+    assignment: str
+    timestamp: datetime | None
+    path: Path | None  # the submission folder written (None when nothing was written)
+    note: str = ""
+
+
+@dataclass
+class _Incoming:
+    student: str
+    assignment: str
+    origin: str  # where it came from, for messages
+    timestamp: datetime
+    files: dict[str, bytes] = field(default_factory=dict)  # relative path -> bytes
+    stamp_text: str | None = None  # a timestamp.txt to copy verbatim
+
+
+def student_id(student: str) -> str:
+    """A name made safe as a student id (what collect and export do to the names they read)."""
+    student = _UNSAFE.sub("_", student).strip("._-")
+    return student if student not in {"", ".", ".."} else ""
+
+
+def parse_name(
+    name: str,
+    assignments: dict[str, list[str]],
+    assignment: str | None = None,
+    student_pattern: str | None = None,
+) -> tuple[str, str, str] | str:
+    """(student, assignment, notebook) for a flat file such as ``alice_ps1.ipynb``, or why not.
+
+    ``assignments`` maps each assignment to its notebook names.
+    """
+    path = PurePosixPath(name)
+    stem = path.stem
+    folders = [part for part in path.parts[:-1] if part not in ("", ".", "..")]
+    if assignment is None:
+        named = [a for a in assignments if a in stem or a in folders]
+        if not named:
+            return "no assignment of this course in its name or folder (use --assignment)"
+        assignment = max(named, key=len)
+    notebooks = assignments[assignment]
+    matches = [n for n in notebooks if n in stem]
+    if matches:
+        notebook = max(matches, key=len)
+    elif len(notebooks) == 1:
+        notebook = notebooks[0]
+    else:
+        return f"cannot tell which notebook of {assignment} it is ({', '.join(notebooks)})"
+    if student_pattern:
+        match = re.search(student_pattern, path.stem)
+        student = student_id(match.group("student")) if match else ""
+    else:
+        rest = stem
+        for word in sorted({notebook, assignment}, key=len, reverse=True):
+            rest = rest.replace(word, " ")
+        student = student_id(_RESUBMISSION.sub("", rest))
+    if not student:
+        candidates = [f for f in reversed(folders) if f not in assignments and f not in notebooks]
+        student = student_id(candidates[0]) if candidates else ""
+    if not student:
+        return "no student id in its name or folder (use --student-pattern)"
+    if student in assignments:
+        return f"its student id {student!r} is also an assignment's name"
+    return student, assignment, notebook
+
+
+def _nbgrader_layout(source: Path, assignments: dict[str, list[str]]) -> list[Path]:
+    """``<student>/<assignment>/`` folders with notebooks under ``source`` (or its ``submitted/``)."""
+    base = source / "submitted" if (source / "submitted").is_dir() else source
+    found = []
+    for student in sorted(p for p in base.iterdir() if p.is_dir() and not p.name.startswith(".")):
+        for folder in sorted(p for p in student.iterdir() if p.is_dir()):
+            if folder.name in assignments and any(folder.glob("*.ipynb")):
+                found.append(folder)
+    return found
+
+
+def _read_folder(folder: Path, student: str, assignment: str, origin: str) -> _Incoming:
+    from nbgrader.utils import parse_utc
+
+    files, newest, total = {}, 0.0, 0
+    for path in sorted(folder.rglob("*")):
+        relative = path.relative_to(folder)
+        if path.is_symlink() or not path.is_file() or ".ipynb_checkpoints" in relative.parts:
+            continue
+        total += path.stat().st_size
+        if total > _MAX_FOLDER_BYTES:
+            raise CollectError(f"{folder} holds more than {_MAX_FOLDER_BYTES >> 20} MB; nothing was collected")
+        files[str(relative)] = path.read_bytes()
+        newest = max(newest, path.stat().st_mtime)
+    stamp_text = files.pop("timestamp.txt", b"").decode("utf-8", "replace").strip() or None
+    when = datetime.fromtimestamp(newest, tz=timezone.utc)
+    if stamp_text:
+        try:
+            when = parse_utc(stamp_text)
+        except (ValueError, OverflowError):
+            message = f"{folder}/timestamp.txt is not a time ({stamp_text[:40]!r}); nothing was collected"
+            raise CollectError(message) from None
+        if when.tzinfo is None:
+            when = when.replace(tzinfo=timezone.utc)
+    return _Incoming(student, assignment, origin, when, files, stamp_text)
+
+
+def _flat_entries(source: Path, skip: list[Path]):
+    """(name, bytes, timestamp, size) for every notebook in a folder or zip (no bytes when too large)."""
+    if source.is_dir():
+        for path in sorted(source.rglob("*.ipynb")):
+            if ".ipynb_checkpoints" in path.parts or any(path.is_relative_to(s) for s in skip) or path.is_symlink():
+                continue
+            stamp = datetime.fromtimestamp(path.stat().st_mtime, tz=timezone.utc)
+            size = path.stat().st_size
+            yield str(path.relative_to(source)), path.read_bytes() if size <= MAX_SUBMISSION_BYTES else b"", stamp, size
+    elif zipfile.is_zipfile(source):
+        with zipfile.ZipFile(source) as archive:
+            for info in archive.infolist():
+                if info.is_dir() or not info.filename.endswith(".ipynb") or "__MACOSX" in info.filename:
+                    continue
+                stamp = datetime(*info.date_time, tzinfo=timezone.utc)
+                small = info.file_size <= MAX_SUBMISSION_BYTES
+                data = archive.read(info)[: MAX_SUBMISSION_BYTES + 1] if small else b""
+                yield info.filename, data, stamp, max(info.file_size, len(data))
+    elif source.exists():
+        raise CollectError(f"{source} is neither a folder nor a zip file")
+    else:
+        raise CollectError(f"{source} does not exist")
+
+
+def _gather(course: Course, source: Path, assignment, student_pattern, report) -> dict[tuple[str, str], _Incoming]:
+    assignments = {a: course.notebook_names(course.folder("source", a)) for a in course.assignments()}
+    incoming: dict[tuple[str, str], _Incoming] = {}
+    layout = _nbgrader_layout(source, assignments) if source.is_dir() else []
+    for folder in layout:
+        student, name = student_id(folder.parent.name), folder.name
+        if assignment is not None and name != assignment:
+            continue
+        if not student or student in assignments:
+            raise CollectError(f"{folder}: the folder above the assignment ({folder.parent.name!r}) is no student id")
+        key = (student, name)
+        if key in incoming:
+            raise CollectError(f"two submissions of {name} for {student}: {incoming[key].origin} and {folder}")
+        incoming[key] = _read_folder(folder, student, name, str(folder))
+    versions: dict[tuple[str, str, str], tuple[datetime, str, bytes]] = {}
+    for name, data, stamp, size in _flat_entries(source, layout):
+        parsed = parse_name(name, assignments, assignment, student_pattern)
+        if isinstance(parsed, str):
+            report.append(Collected("?", "?", stamp, None, f"skipped {name}: {parsed}"))
+            continue
+        if size > MAX_SUBMISSION_BYTES:
+            note = f"skipped {name}: {size / 1e6:.0f} MB is too large"
+            report.append(Collected(parsed[0], parsed[1], stamp, None, note))
+            continue
+        if parsed in versions:
+            other = versions[parsed][1]
+            if PurePosixPath(other).parent != PurePosixPath(name).parent:
+                raise CollectError(
+                    f"{other} and {name} are both {parsed[0]}'s {parsed[2]}.ipynb of {parsed[1]}, from different "
+                    "folders: say which to take (move one away, or give --student-pattern); nothing was collected"
+                )
+            older, newer = sorted([versions[parsed], (stamp, name, data)], key=lambda v: (v[0], v[1]))
+            report.append(Collected(parsed[0], parsed[1], older[0], None, f"skipped {older[1]}: {newer[1]} is newer"))
+            versions[parsed] = newer
+        else:
+            versions[parsed] = (stamp, name, data)
+    for (student, name, notebook), (stamp, origin, data) in sorted(versions.items()):
+        key = (student, name)
+        if key in incoming and incoming[key].stamp_text is not None:
+            raise CollectError(f"{origin} and the submission folder {incoming[key].origin} are both {student}'s {name}")
+        entry = incoming.setdefault(key, _Incoming(student, name, origin, stamp))
+        entry.files[f"{notebook}.ipynb"] = data
+        entry.timestamp = max(entry.timestamp, stamp)
+    return incoming
+
+
+def _existing(folder: Path) -> tuple[dict[str, bytes], datetime | None]:
+    from nbgrader.utils import parse_utc
+
+    files = {str(p.relative_to(folder)): p.read_bytes() for p in folder.rglob("*") if p.is_file()}
+    stamp = files.pop("timestamp.txt", b"").decode("utf-8", "replace").strip()
+    try:
+        when = parse_utc(stamp) if stamp else None
+    except (ValueError, OverflowError):
+        when = None
+    if when is not None and when.tzinfo is None:
+        when = when.replace(tzinfo=timezone.utc)
+    return files, when
+
+
+def collect(
+    course: Course,
+    source: Path,
+    *,
+    assignment: str | None = None,
+    student_pattern: str | None = None,
+) -> list[Collected]:
+    """Copy every submission found in ``source`` into ``submitted/``; see the module docstring."""
+    source = Path(source)
+    known = course.assignments()
+    if not known:
+        raise CollectError(f"the course has no assignments in {course.source}: nothing to collect for")
+    if assignment is not None and assignment not in known:
+        raise CollectError(f"unknown assignment {assignment!r} (the course has: {', '.join(known)})")
+    if student_pattern is not None:
+        try:
+            if "student" not in re.compile(student_pattern).groupindex:
+                raise CollectError("--student-pattern needs a (?P<student>...) group")
+        except re.error as error:
+            raise CollectError(f"--student-pattern is not a regular expression: {error}") from None
+    report: list[Collected] = []
+    incoming = _gather(course, source, assignment, student_pattern, report)
+    if not incoming:
+        reasons = "; ".join(r.note for r in report[:5]) or "no notebooks found"
+        raise CollectError(f"nothing to collect from {source}: {reasons}")
+    replaced = course.root / "submitted_replaced" / datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S")
+    for (student, name), entry in sorted(incoming.items()):
+        folder = course.folder("submitted", name, student)
+        if folder.exists():
+            files, when = _existing(folder)
+            if files == entry.files:
+                report.append(Collected(student, name, entry.timestamp, None, f"unchanged {student}/{name}"))
+                continue
+            if when is not None and when >= entry.timestamp:
+                note = f"kept {student}/{name}: {entry.origin} is not newer"
+                report.append(Collected(student, name, entry.timestamp, None, note))
+                continue
+            backup = replaced / student / name
+            backup.parent.mkdir(parents=True, exist_ok=True)
+            shutil.move(str(folder), backup)
+            report.append(Collected(student, name, when, None, f"moved the older {student}/{name} to {backup}"))
+        folder.mkdir(parents=True)
+        for relative, data in entry.files.items():
+            target = folder / relative
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_bytes(data)
+        stamp = entry.stamp_text or entry.timestamp.strftime(_STAMP_FORMAT)
+        (folder / "timestamp.txt").write_text(stamp, encoding="utf-8")
+        report.append(Collected(student, name, entry.timestamp, folder))
+    course.protect()
+    return report

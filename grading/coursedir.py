@@ -1,0 +1,228 @@
+"""Where an nbgrader course directory keeps what, read through nbgrader's own configuration.
+
+Contract: a ``Course`` is a course directory (``root``) plus, for this repository's own
+course only, the folder of source notebooks it releases (``notebooks``). Nothing is
+created on construction. Its configuration is the one plain ``nbgrader`` would use: the
+course's ``nbgrader_config.py`` (and any in Jupyter's config paths), loaded by nbgrader's
+application class, so the course id, the directory names and layout, timeouts, the
+late-submission plugin and every preprocessor option mean what nbgrader's docs say.
+
+An assignment is a folder of ``source/`` holding one or more notebooks of any name; the
+other files beside them (data, images) belong to it too. ``default_course()`` is the
+current directory when it holds an ``nbgrader_config.py``, else the repository's
+``grading/course/``.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import os
+import re
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from traitlets.config import Config
+
+__all__ = ["REPO_ROOT", "Course", "CourseError", "default_course", "load_config"]
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+REPO_COURSE = REPO_ROOT / "grading" / "course"
+"""This repository's own course directory: its config and the student versions it tracks."""
+CONFIG_FILE = "nbgrader_config.py"
+
+
+class CourseError(RuntimeError):
+    """Something about the course directory the instructor can fix (the message says what)."""
+
+
+def load_config(root: Path) -> Config:
+    """nbgrader's configuration for the course in ``root``, loaded by nbgrader's own ``NbGrader`` app.
+
+    The app reads ``nbgrader_config.py`` from Jupyter's config paths, the current directory
+    and the course directory, and translates outdated option names, exactly as every
+    ``nbgrader`` command does. The course directory goes on ``sys.path`` (nbgrader puts the
+    current directory there) so that plugins defined beside the config can be imported.
+    """
+    _put_venv_on_path()
+    from nbgrader.apps.baseapp import NbGrader
+
+    if str(root) not in sys.path:
+        sys.path.insert(0, str(root))
+    app = NbGrader(log_level=logging.ERROR)
+    try:
+        app.initialize([], root=str(root))
+    except SystemExit as exit_:  # traitlets exits on a broken config file
+        raise CourseError(f"could not load {root / CONFIG_FILE} (see the message above)") from exit_
+    except Exception as error:  # an exception raised by the config file itself
+        raise CourseError(f"could not load {root / CONFIG_FILE}: {type(error).__name__}: {error}") from error
+    config = Config(app.config)
+    config.CourseDirectory.root = app.coursedir.root
+    return config
+
+
+@dataclass(frozen=True)
+class Course:
+    """An nbgrader course directory (and the notebooks it is released from, for our own course)."""
+
+    root: Path
+    notebooks: Path | None = None
+
+    # -- configuration -------------------------------------------------------------------
+
+    @functools.cached_property
+    def config(self) -> Config:
+        """nbgrader's configuration of this course (see ``load_config``)."""
+        return load_config(self.root)
+
+    @functools.cached_property
+    def coursedir(self):  # -> nbgrader.coursedir.CourseDirectory (imported lazily: nbgrader is slow to import)
+        from nbgrader.coursedir import CourseDirectory
+
+        return CourseDirectory(config=self.config, root=str(self.root))
+
+    @property
+    def course_id(self) -> str:
+        return self.coursedir.course_id
+
+    @property
+    def db_url(self) -> str:
+        return self.coursedir.db_url
+
+    @property
+    def db_path(self) -> Path | None:
+        """The gradebook file, when the gradebook is SQLite."""
+        return Path(self.db_url[len("sqlite:///") :]) if self.db_url.startswith("sqlite:///") else None
+
+    def configurable(self, cls, **kwargs):
+        """An nbgrader configurable (converter, preprocessor, plugin) built with this course's config."""
+        instance = cls(config=self.config, **kwargs)
+        instance.log.setLevel(logging.ERROR)
+        return instance
+
+    # -- paths ---------------------------------------------------------------------------
+
+    def folder(self, step: str, assignment: str, student: str = ".") -> Path:
+        """``<root>/<step>/<student>/<assignment>`` (nbgrader's ``directory_structure``, any step)."""
+        directory = getattr(self.coursedir, f"{step}_directory")
+        return Path(os.path.normpath(self.coursedir.format_path(directory, student, assignment)))
+
+    def step_root(self, step: str) -> Path:
+        """The folder of one step (``source``, ``release``, ``submitted``, ``autograded``, ``feedback``)."""
+        return self.root / getattr(self.coursedir, f"{step}_directory")
+
+    @property
+    def source(self) -> Path:
+        return self.step_root("source")
+
+    @property
+    def release(self) -> Path:
+        return self.step_root("release")
+
+    @property
+    def submitted(self) -> Path:
+        return self.step_root("submitted")
+
+    @property
+    def autograded(self) -> Path:
+        return self.step_root("autograded")
+
+    @property
+    def feedback(self) -> Path:
+        return self.step_root("feedback")
+
+    @property
+    def exports(self) -> Path:
+        return self.root / "exports"
+
+    def assignments(self) -> list[str]:
+        """Assignments with at least one source notebook, sorted."""
+        if not self.source.is_dir():
+            return []
+        folders = (p for p in self.source.iterdir() if p.is_dir() and not p.name.startswith("."))
+        return sorted(p.name for p in folders if self.notebook_names(p))
+
+    @staticmethod
+    def notebook_names(folder: Path) -> list[str]:
+        """Stems of the notebooks directly in ``folder`` (nbgrader's ``notebook_id`` glob ``*``), sorted."""
+        if not folder.is_dir():
+            return []
+        return sorted(p.stem for p in folder.glob("*.ipynb") if p.is_file())
+
+    def submissions(self, assignment: str = "*", student: str = "*") -> list[tuple[str, str, Path]]:
+        """(student, assignment, folder) for each ``submitted/<student>/<assignment>/`` folder, sorted."""
+        pattern = self.folder("submitted", assignment, student)
+        regex = re.compile(
+            self.coursedir.format_path(
+                self.coursedir.submitted_directory, "(?P<student>[^/]+)", "(?P<assignment>[^/]+)", escape=True
+            )
+            + "$"
+        )
+        found = []
+        for path in sorted(Path("/").glob(str(pattern).lstrip("/"))):
+            match = regex.match(os.path.normpath(str(path)))
+            if match and path.is_dir() and not match["student"].startswith("."):
+                found.append((match["student"], match["assignment"], path))
+        return found
+
+    # -- nbgrader ------------------------------------------------------------------------
+
+    def gradebook(self):  # -> nbgrader.api.Gradebook
+        """nbgrader's gradebook of this course (use it as a context manager)."""
+        _put_venv_on_path()
+        from nbgrader.api import Gradebook
+
+        return Gradebook(self.db_url, self.course_id)
+
+    def api(self):  # -> nbgrader.apps.NbGraderAPI
+        """nbgrader's Python API bound to this course."""
+        _put_venv_on_path()
+        from nbgrader.apps import NbGraderAPI
+
+        api = NbGraderAPI(coursedir=self.coursedir, config=self.config)
+        api.log.setLevel(logging.ERROR)
+        return api
+
+    def protect(self) -> None:
+        """Keep the instructor's files private to their owner (a second wall behind the sandbox).
+
+        Skipped for courses configured ``groupshared`` (their folders are meant for a group).
+        """
+        if self.coursedir.groupshared:
+            return
+        replaced = self.root / "submitted_replaced"  # older submissions `collect` kept aside
+        for folder in (self.source, self.submitted, replaced, self.autograded, self.feedback, self.exports):
+            if folder.is_dir():
+                folder.chmod(0o700)
+        if self.db_path is not None and self.db_path.exists():
+            self.db_path.chmod(0o600)
+
+
+def _put_venv_on_path() -> None:
+    """nbgrader's gradebook runs ``alembic`` by name: make the running environment's scripts findable."""
+    scripts = str(Path(sys.executable).parent)
+    if scripts not in os.environ.get("PATH", "").split(os.pathsep):
+        os.environ["PATH"] = scripts + os.pathsep + os.environ.get("PATH", "")
+
+
+def default_course(root: Path | str | None = None, notebooks: Path | str | None = None) -> Course:
+    """The course to work on.
+
+    ``root`` if given; else the current directory when it holds an ``nbgrader_config.py``;
+    else the repository's ``grading/course/``. Only the repository's own course releases from
+    ``notebooks/`` (or from ``notebooks`` when given).
+    """
+    if root is not None:
+        course_root = Path(root).resolve()
+    elif (Path.cwd() / CONFIG_FILE).is_file():
+        course_root = Path.cwd().resolve()
+    else:
+        course_root = REPO_COURSE
+    if notebooks is not None:
+        source = Path(notebooks).resolve()
+    elif course_root == REPO_COURSE:
+        source = REPO_ROOT / "notebooks"
+    else:
+        source = None
+    return Course(root=course_root, notebooks=source)

@@ -1,0 +1,369 @@
+"""Run one prepared notebook in a jailed kernel, whatever the learner's code does.
+
+Contract: ``execute(nb, ...)`` runs every code cell in order in a kernel started through
+the jail, and always returns: each cell's outputs (capped at ``Limits.output_bytes`` per
+cell), plus notes in plain words for the feedback. When a cell exceeds its time limit or
+the kernel dies (``os._exit``, a segfault, ``exit()``, the memory limit), that cell gets an
+error output saying so. A cell over its time limit is first interrupted, as nbgrader does
+(the kernel keeps what the cell did before the interrupt and grading goes on in it); when
+the kernel does not answer the interrupt, or dies, a fresh kernel replays the cells that
+had run and grading goes on from the next cell, up to ``Limits.restarts`` times and within
+the notebook's time limit; cells that could not run get an error output, so a test that
+never ran never scores. When a guard cell finds patched comparison functions, every
+remaining test cell fails with the guard's message, without running; when a test cell
+meets an object that lies (``guard``), it fails and the notes say what was found. A reply
+with status "error" but no error output (a suppressed traceback) gets its error output
+back, as nbgrader does.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import re
+import signal
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from jupyter_client.manager import AsyncKernelManager
+from jupyter_core.utils import run_sync
+from nbclient import NotebookClient
+from nbclient.exceptions import CellTimeoutError, DeadKernelError
+from nbformat import NotebookNode
+from nbformat.v4 import new_output
+
+from grading.guard import digest
+from grading.sandbox.protections import Limits, parent_death_signal
+from grading.sanitize import is_test, role
+
+__all__ = ["GRADER_PROBLEM", "JailedKernelManager", "drop_profiler_chatter", "execute"]
+
+GRADER_PROBLEM = "Grader problem"  # notes that start so are the grader's fault, not the learner's
+
+BYPASSED = "the grader's integrity check did not answer (the submission replaced it): the tests cannot be trusted"
+PREAMBLE_TIMEOUT = 120.0  # importing torch on a loaded machine; not the learner's time
+INTERRUPT_GRACE = 10.0  # seconds a kernel gets to answer after an interrupt before it is killed
+
+
+class JailedKernelManager(AsyncKernelManager):
+    """A kernel manager that starts ipykernel behind a jail command, talking over Unix sockets."""
+
+    def configure(self, jail: list[str], workdir: Path, log: Path) -> None:
+        self._jail = jail
+        self._workdir = workdir
+        self._log = log
+        self.transport = "ipc"
+        self.ip = str(workdir / "kernel")
+        self.connection_file = str(workdir / "kernel.json")
+
+    def format_kernel_cmd(self, extra_arguments: list[str] | None = None) -> list[str]:
+        return [
+            *self._jail,
+            sys.executable,
+            "-m",
+            "ipykernel_launcher",
+            "-f",
+            self.connection_file,
+            "--HistoryManager.hist_file=:memory:",
+        ]
+
+    async def start_kernel(self, **kw):  # type: ignore[override]
+        log = open(self._log, "ab")  # noqa: SIM115 (the kernel process keeps it)
+        kw.update(stdin=None, stdout=log, stderr=log, cwd=str(self._workdir), preexec_fn=parent_death_signal())
+        try:
+            return await self._async_start_kernel(**kw)
+        finally:
+            log.close()
+
+    def exit_status(self) -> int | None:
+        process = getattr(self.provisioner, "process", None)
+        return process.poll() if process is not None else None
+
+
+class _Client(NotebookClient):
+    """nbclient with an output cap and nbgrader's rule for suppressed tracebacks."""
+
+    def __init__(self, nb: NotebookNode, km: JailedKernelManager, limits: Limits):
+        super().__init__(
+            nb,
+            km=km,
+            timeout=int(limits.cell_timeout),
+            allow_errors=True,
+            interrupt_on_timeout=False,
+            raise_on_iopub_timeout=False,
+            iopub_timeout=2,
+            record_timing=False,
+            startup_timeout=int(PREAMBLE_TIMEOUT),
+            shutdown_kernel="immediate",
+        )
+        self._cap = limits.output_bytes
+        self._used: dict[int, int] = {}
+        self.on_cell_executed = self._restore_error
+
+    def output(self, outs, msg, display_id, cell_index):  # type: ignore[override]
+        size = len(json.dumps(msg.get("content", {}), default=str))
+        used = self._used.get(cell_index, 0)
+        self._used[cell_index] = used + size
+        if used + size <= self._cap:
+            return super().output(outs, msg, display_id, cell_index)
+        # Over the cap: drop the output, but keep what decides a grade (an error, any stderr).
+        if used <= self._cap:
+            note = f"\n[output truncated by the grader: more than {self._cap // 1000} kB]\n"
+            outs.append(new_output("stream", name="stdout", text=note))
+        content = msg.get("content", {})
+        if msg.get("msg_type") == "error":
+            traceback = [str(line)[:1000] for line in content.get("traceback", [])[-20:]]
+            ename, evalue = str(content.get("ename", "Error"))[:200], str(content.get("evalue", ""))[:1000]
+            outs.append(new_output("error", ename=ename, evalue=evalue, traceback=traceback))
+        elif (
+            msg.get("msg_type") == "stream"
+            and content.get("name") == "stderr"
+            and not any(o.get("name") == "stderr" and "truncated" in o.get("text", "") for o in outs)
+        ):
+            outs.append(new_output("stream", name="stderr", text="[stderr output truncated by the grader]\n"))
+        return None
+
+    def _restore_error(self, cell, cell_index, execute_reply):
+        content = execute_reply.get("content", {})
+        if content.get("status") != "error":
+            return
+        if not any(o.get("output_type") == "error" for o in cell.outputs):
+            cell.outputs.append(
+                new_output(
+                    "error",
+                    ename=content.get("ename", "Error"),
+                    evalue=content.get("evalue", ""),
+                    traceback=content.get("traceback") or ["(the submission suppressed this traceback)"],
+                )
+            )
+
+
+# torch's profiler (kineto) writes progress lines such as
+# "USDT:2026-01-01 12:00:00 42:42 SyncActivityProfilerHandler.cpp:52] profiler_start" to the
+# process's stderr, and no setting turns them off. nbgrader fails any test cell with stderr
+# output, so a correct answer that runs the profiler would score 0: these lines, and only
+# these, are removed before grading.
+_PROFILER_CHATTER = re.compile(r"^(USDT|STAGE):\d{4}-\d\d-\d\d \d\d:\d\d:\d\d \d+:\d+ \w+\.cpp:\d+\] .*\n?", re.M)
+
+
+def drop_profiler_chatter(nb: NotebookNode) -> None:
+    """Remove kineto's progress lines from stderr outputs (and stderr outputs left empty)."""
+    for cell in nb.cells:
+        if cell.get("cell_type") != "code":
+            continue
+        kept = []
+        for output in cell.get("outputs", []):
+            if output.get("output_type") == "stream" and output.get("name") == "stderr":
+                output["text"] = _PROFILER_CHATTER.sub("", output.get("text", ""))
+                if not output["text"]:
+                    continue
+            kept.append(output)
+        cell.outputs = kept
+
+
+def _fail(cell: NotebookNode, ename: str, message: str) -> None:
+    cell.outputs = [o for o in cell.get("outputs", []) if o.get("output_type") != "error"]
+    cell.outputs.append(new_output("error", ename=ename, evalue=message, traceback=[f"{ename}: {message}"]))
+
+
+def _has_error(cell: NotebookNode) -> str | None:
+    for output in cell.get("outputs", []):
+        if output.get("output_type") == "error":
+            return str(output.get("evalue", ""))
+    return None
+
+
+def _exit_words(status: int | None) -> str:
+    if status is None:
+        return "the kernel stopped responding"
+    if status < 0 or status > 128:
+        number = -status if status < 0 else status - 128
+        try:
+            name = signal.Signals(number).name
+        except ValueError:
+            name = f"signal {number}"
+        words = {"SIGSEGV": "a segmentation fault", "SIGKILL": "SIGKILL (a resource limit)", "SIGXCPU": "the CPU limit"}
+        return f"the kernel was killed by {words.get(name, name)}"
+    return f"the kernel exited with status {status} (os._exit, exit() or quit())"
+
+
+def execute(
+    nb: NotebookNode,
+    new_kernel: Callable[[], JailedKernelManager],
+    limits: Limits,
+    notes: list[str],
+    token: str | None = None,
+) -> NotebookNode:
+    """Run ``nb`` (with grader cells) in place; append what went wrong to ``notes``.
+
+    ``token`` is the secret each new kernel finds in ``guard.TOKEN_FILE``: every guard cell
+    must answer with its ``guard.digest``.
+    """
+    _run(nb, new_kernel, limits, notes, token)
+    drop_profiler_chatter(nb)
+    for index, cell in enumerate(nb.cells):
+        for output in cell.get("outputs", []) if is_test(cell) else []:
+            if output.get("ename") == "GradingIntegrityError" and str(output.get("evalue", "")).startswith("the test"):
+                notes.append(f"{_label(nb, index)}: {output['evalue']}.")
+    return nb
+
+
+def _answered(cell: NotebookNode, expected: str) -> bool:
+    """Whether a guard cell's result is the expected digest (its ``execute_result``)."""
+    return any(
+        output.get("output_type") == "execute_result" and output.get("data", {}).get("text/plain") == repr(expected)
+        for output in cell.get("outputs", [])
+    )
+
+
+def _run(
+    nb: NotebookNode,
+    new_kernel: Callable[[], JailedKernelManager],
+    limits: Limits,
+    notes: list[str],
+    token: str | None,
+) -> NotebookNode:
+    deadline = time.monotonic() + limits.notebook_timeout
+    code = [i for i, c in enumerate(nb.cells) if c.cell_type == "code" and c.source.strip()]
+    history: list[int] = []
+    position, restarts = 0, 0
+
+    def give_up(reason: str) -> None:
+        for index in code[position:]:
+            cell = nb.cells[index]
+            if is_test(cell) or cell.get("metadata", {}).get("nbgrader", {}).get("solution"):
+                _fail(cell, "NotRun", reason)
+
+    while position < len(code):
+        km = new_kernel()
+        client = _Client(nb, km, limits)
+        replaying = True
+        try:
+            with client.setup_kernel():
+                for index in history:  # replay after a restart, outputs discarded
+                    client.timeout = int(
+                        PREAMBLE_TIMEOUT if role(nb.cells[index]) == "preamble" else limits.cell_timeout
+                    )
+                    client.execute_cell(copy.deepcopy(nb.cells[index]), index)
+                replaying = False
+                while position < len(code):
+                    index = code[position]
+                    cell = nb.cells[index]
+                    remaining = deadline - time.monotonic()
+                    if remaining <= 0:
+                        notes.append(f"The notebook used up its {limits.notebook_timeout:.0f} s time limit.")
+                        give_up("not run: the notebook's time limit was used up")
+                        return nb
+                    kind = role(cell)
+                    limit = PREAMBLE_TIMEOUT if kind == "preamble" else min(limits.cell_timeout, remaining)
+                    client.timeout = max(1, int(limit))
+                    try:
+                        client.execute_cell(cell, index)
+                    except CellTimeoutError:
+                        _fail(cell, "CellTimeoutError", f"the cell exceeded its {limit:.0f} s time limit")
+                        notes.append(f"Cell {_label(nb, index)} exceeded its {limit:.0f} s time limit.")
+                        if kind is None and _interrupted(client, km, deadline):
+                            position += 1  # the kernel keeps what the cell did before the interrupt, as in nbgrader
+                            continue
+                        raise
+                    except DeadKernelError:
+                        words = _exit_words(km.exit_status())
+                        _fail(cell, "KernelDied", words)
+                        notes.append(f"Cell {_label(nb, index)}: {words}.")
+                        raise
+                    if kind == "preamble" and _has_error(cell):
+                        notes.append(f"{GRADER_PROBLEM}: the grader's preamble failed ({_has_error(cell)}).")
+                        position += 1
+                        give_up("not run: the grader's preamble failed")
+                        return nb
+                    if kind == "guard" and not _has_error(cell) and not _answered(cell, digest(token, index)):
+                        _fail(cell, "GradingIntegrityError", BYPASSED)
+                    if kind == "guard" and _has_error(cell):
+                        message = _has_error(cell) or "tampering detected"
+                        notes.append(f"Before {_label(nb, index + 1)}: {message}.")
+                        position += 1
+                        for later in code[position:]:
+                            if is_test(nb.cells[later]):
+                                _fail(nb.cells[later], "GradingIntegrityError", message)
+                        return nb
+                    history.append(index)
+                    position += 1
+        except (CellTimeoutError, DeadKernelError):
+            if replaying:
+                notes.append("Replaying the earlier cells in a fresh kernel failed; grading stopped there.")
+                give_up("not run: the kernel could not be restored after a crash")
+                return nb
+            kind = role(nb.cells[code[position]])
+            if kind == "preamble":
+                notes.append(f"{GRADER_PROBLEM}: the grader's preamble did not finish.")
+                give_up("not run: the grader's preamble did not finish")
+                return nb
+            if kind == "guard":  # the integrity check itself was made to hang or crash
+                message = "the grader's integrity check could not run, so the tests cannot be trusted"
+                notes.append(f"Before {_label(nb, code[position] + 1)}: {message}.")
+                for later in code[position:]:
+                    if is_test(nb.cells[later]):
+                        _fail(nb.cells[later], "GradingIntegrityError", message)
+                return nb
+            position += 1  # the failing cell is marked; carry on after it in a fresh kernel
+            restarts += 1
+            if restarts > limits.restarts:
+                notes.append(f"Stopped after {limits.restarts} kernel restarts.")
+                give_up("not run: too many kernel crashes or timeouts before this cell")
+                return nb
+        except Exception as error:  # the kernel could not start, or replay failed
+            failure = f"{GRADER_PROBLEM}: the grading kernel failed ({type(error).__name__}: {error})."
+            notes.append(f"{failure} {_tail(km)}".strip())
+            give_up(f"not run: the grading kernel failed ({type(error).__name__})")
+            return nb
+        finally:
+            _kill(km)
+    return nb
+
+
+def _interrupted(client: _Client, km: JailedKernelManager, deadline: float) -> bool:
+    """Interrupt the kernel after a timeout; True when it answers again (a probe cell runs)."""
+    grace = min(INTERRUPT_GRACE, deadline - time.monotonic())
+    if grace < 1:
+        return False
+    try:
+        run_sync(km.interrupt_kernel)()
+        client.timeout = int(grace)
+        probe = client.kc.execute("pass", silent=True, store_history=False)
+        return client.wait_for_reply(probe) is not None
+    except Exception:  # no answer, or the kernel died: the caller restarts it
+        return False
+
+
+def _kill(km: JailedKernelManager) -> None:
+    """nbclient leaves a kernel it did not start running: kill it (its PID namespace goes with it)."""
+    try:
+        if km.has_kernel:
+            run_sync(km.shutdown_kernel)(now=True)
+    except Exception:  # already dead, or never started
+        process = getattr(km.provisioner, "process", None)
+        if process is not None and process.poll() is None:
+            process.kill()
+
+
+def _label(nb: NotebookNode, index: int) -> str:
+    if index >= len(nb.cells):
+        return "the end"
+    grade_id = nb.cells[index].get("metadata", {}).get("nbgrader", {}).get("grade_id")
+    if grade_id:
+        return f"`{grade_id}`"
+    kind = role(nb.cells[index])
+    if kind:
+        return f"(grader {kind})"
+    code = [i for i, c in enumerate(nb.cells) if c.cell_type == "code" and not role(c)]
+    return f"code cell {code.index(index) + 1}" if index in code else f"cell {index}"
+
+
+def _tail(km: JailedKernelManager) -> str:
+    try:
+        text = Path(km._log).read_bytes()[-600:].decode("utf-8", "replace").strip()
+    except OSError:
+        return ""
+    return f"Kernel log: {text}" if text else ""

@@ -1,0 +1,283 @@
+"""What protects the grader from a submission on this machine, and the limits it applies.
+
+Contract: ``detect()`` probes (it never assumes) which protections work here and returns a
+``Protections`` whose ``missing()`` names each one that does not, so the command can say
+so instead of pretending. Three levels:
+
+* ``root`` (running as root, ``unshare`` works): every kernel gets its own network
+  namespace (no network at all), mount namespace (course files hidden, private tmp), PID
+  namespace (every process it starts dies with it) and runs as a grading user of its own
+  (uid ``GRADING_UID_BASE + slot``) that owns nothing; each worker's ``/tmp`` is a
+  size-limited tmpfs, the only place the kernel can write;
+* ``userns`` (unprivileged user namespaces): the same namespaces, but the kernel keeps your
+  user id, so files you own outside the hidden course directories stay writable, and there
+  is no disk quota beyond the per-file size limit;
+* ``none``: resource limits and a private working directory only.
+
+Resource limits (time per cell and per notebook, address space, processes, file size,
+output size) apply at every level.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+__all__ = [
+    "GRADING_UID_BASE",
+    "Limits",
+    "Protections",
+    "SlotLease",
+    "detect",
+    "jail_argv",
+    "kernel_env",
+    "package_roots",
+    "parent_death_signal",
+    "worker_prefix",
+]
+
+GRADING_UID_BASE = 61000
+GRADING_SLOTS = 1000  # grading users 61000..61999
+FIRST_LEASED_SLOT = 16  # 61000..61015 were used unleased by earlier versions of this tool: never share them
+SLOT_LOCKS = Path("/run/course-grading")  # root-owned: only the root level hands out grading users
+JAIL_SCRIPT = Path(__file__).with_name("jail.py")
+_NAMESPACES = ["--net", "--mount", "--pid", "--fork", "--kill-child", "--mount-proc"]
+GiB = 1 << 30
+MiB = 1 << 20
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Per-submission limits (seconds and bytes)."""
+
+    cell_timeout: float = 60.0
+    notebook_timeout: float = 600.0
+    memory_bytes: int = 6 * GiB  # address space: importing torch alone maps about 1 GB
+    processes: int = 256  # processes and threads of the grading user (torch starts one per core)
+    file_bytes: int = 64 * MiB
+    disk_bytes: int = 512 * MiB  # size of the worker's private tmpfs (root level only)
+    output_bytes: int = 200_000  # kept per cell; the rest is replaced by a note
+    restarts: int = 3  # kernel restarts per notebook after a crash or a timeout
+    threads: int = 1  # OMP/MKL threads per kernel (cores / jobs)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class Protections:
+    """Which isolation works on this machine."""
+
+    level: str  # "root" | "userns" | "none"
+    notes: tuple[str, ...] = field(default=())
+
+    @property
+    def namespaces(self) -> bool:
+        return self.level in {"root", "userns"}
+
+    def missing(self) -> list[str]:
+        """Each protection this level lacks, in words an instructor can act on."""
+        gaps = []
+        if not self.namespaces:
+            gaps += [
+                "no network isolation: submissions can open network connections",
+                "course files not hidden: submissions can read the gradebook, source/ and other submissions",
+                "no PID namespace: processes a submission leaves behind are killed by process group only",
+            ]
+        if self.level != "root":
+            gaps += [
+                "no separate user: the kernel runs as you and can write any file you can write"
+                + (" outside the hidden course directories" if self.namespaces else ""),
+                "no disk quota: only the per-file size limit bounds what a submission writes",
+            ]
+        return gaps
+
+    def describe(self) -> str:
+        lines = [f"sandbox: {self.level}"]
+        lines += [f"  missing protection: {gap}" for gap in self.missing()]
+        lines += [f"  note: {note}" for note in self.notes]
+        return "\n".join(lines)
+
+
+def _works(argv: list[str]) -> bool:
+    try:
+        return subprocess.run(argv, capture_output=True, timeout=20).returncode == 0
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+
+
+def detect(level: str = "auto") -> Protections:
+    """The strongest level that works here (or ``level`` if it works; else the next one down)."""
+    unshare = shutil.which("unshare")
+    notes = []
+    order = ["root", "userns", "none"]
+    start = order.index(level) if level in order else 0
+    for candidate in order[start:]:
+        if candidate == "none":
+            break
+        if not unshare:
+            notes.append("`unshare` (util-linux) not found")
+            continue
+        if candidate == "root":
+            if os.geteuid() != 0:
+                continue
+            probe = [unshare, *_NAMESPACES, sys.executable, "-c", "import os; os.setuid(65534)"]
+        else:
+            probe = [unshare, "--map-root-user", *_NAMESPACES, "true"]
+        if _works(probe):
+            return Protections(candidate, tuple(notes))
+        notes.append(f"{candidate}-level isolation was tried and is not permitted here")
+    return Protections("none", tuple(notes))
+
+
+class SlotLease:
+    """Grading-user slots held for the life of a pool, so that two gradings at once never share a user.
+
+    Each slot is an exclusive ``flock`` on ``/run/course-grading/<uid>``; the lock goes with
+    the process, so a crashed run frees its slots. Below the root level the kernels run as
+    the instructor and slots only number the workers.
+    """
+
+    def __init__(self, count: int, root: bool):
+        self.slots: list[int] = []
+        self._fds: list[int] = []
+        if not root:
+            self.slots = list(range(count))
+            return
+        import fcntl
+
+        SLOT_LOCKS.mkdir(mode=0o700, parents=True, exist_ok=True)
+        for slot in range(FIRST_LEASED_SLOT, GRADING_SLOTS):
+            if len(self.slots) == count:
+                break
+            fd = os.open(SLOT_LOCKS / str(GRADING_UID_BASE + slot), os.O_CREAT | os.O_RDWR, 0o600)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError:
+                os.close(fd)
+                continue
+            self.slots.append(slot)
+            self._fds.append(fd)
+        if len(self.slots) < count:
+            self.release()
+            raise RuntimeError("every grading user is busy (other gradings are running)")
+
+    def uids(self) -> list[int]:
+        return [GRADING_UID_BASE + slot for slot in self.slots]
+
+    def release(self) -> None:
+        for fd in self._fds:
+            os.close(fd)
+        self._fds = []
+
+
+_PR_SET_PDEATHSIG = 1
+
+
+def parent_death_signal() -> Callable[[], None] | None:
+    """A ``preexec_fn`` that makes a child process die (SIGKILL) with the process that starts it.
+
+    Given to the grading workers and to each kernel's ``unshare``: when ``course`` is killed,
+    its workers die; when a worker dies, its kernels' PID namespaces go with them. Without it
+    a killed run leaves kernels behind, still running a submission. Linux only (None
+    elsewhere). The C function is looked up here, in the parent: the child only calls it.
+    """
+    if not sys.platform.startswith("linux"):
+        return None
+    prctl = ctypes.CDLL(None, use_errno=True).prctl
+    kill = int(signal.SIGKILL)
+
+    def die_with_parent() -> None:
+        prctl(_PR_SET_PDEATHSIG, kill, 0, 0, 0)
+
+    return die_with_parent
+
+
+def worker_prefix(protections: Protections) -> list[str]:
+    """Command prefix that gives a grading worker its own mount namespace (for its private /tmp)."""
+    if protections.level == "root":
+        return ["unshare", "--mount", "--propagation", "private"]
+    if protections.level == "userns":
+        return ["unshare", "--map-root-user", "--mount", "--propagation", "private"]
+    return []
+
+
+def package_roots() -> list[Path]:
+    """The folders that hold the ``grading`` and ``course_utils`` packages (found without importing them).
+
+    A kernel imports both (the guard from ``grading``, the notebooks' helpers from
+    ``course_utils``); with editable installs they live in the checkout, which the jail
+    must make reachable for the grading user.
+    """
+    import importlib.util
+
+    roots = [Path(__file__).resolve().parents[2]]  # grading/sandbox/protections.py -> the folder holding grading/
+    spec = importlib.util.find_spec("course_utils")
+    if spec is not None and spec.submodule_search_locations:
+        roots += [Path(p).resolve().parent for p in spec.submodule_search_locations]
+    return roots
+
+
+def kernel_env(workdir: Path, limits: Limits) -> dict[str, str]:
+    """A clean environment for the kernel: nothing of the instructor's leaks in."""
+    threads = str(max(1, limits.threads))
+    return {
+        "PATH": f"{Path(sys.executable).parent}:/usr/local/bin:/usr/bin:/bin",
+        "HOME": str(workdir),
+        "USER": "student",
+        "LOGNAME": "student",
+        "LANG": "C.UTF-8",
+        "IPYTHONDIR": str(workdir / ".ipython"),
+        "MPLCONFIGDIR": str(workdir / ".matplotlib"),
+        "MPLBACKEND": "agg",
+        "JUPYTER_PLATFORM_DIRS": "1",
+        "PYTHONDONTWRITEBYTECODE": "1",
+        "OMP_NUM_THREADS": threads,
+        "MKL_NUM_THREADS": threads,
+        "COURSE_QUICK": "1",
+        "NBGRADER_EXECUTION": "autograde",
+    }
+
+
+def jail_argv(
+    protections: Protections,
+    limits: Limits,
+    *,
+    workdir: Path,
+    connection_file: Path,
+    hide: list[Path],
+    slot: int,
+) -> list[str]:
+    """The command prefix that starts a kernel inside the jail (the kernel argv follows ``--``)."""
+    root = protections.level == "root"
+    config = {
+        "mounts": protections.namespaces,
+        "hide": [str(p) for p in hide],
+        "expose": sorted({os.path.realpath(p) for p in (sys.base_prefix, sys.prefix, *package_roots())}),
+        "uid": GRADING_UID_BASE + slot if root else None,
+        "gid": GRADING_UID_BASE + slot if root else None,
+        "workdir": str(workdir),
+        "connection_file": str(connection_file),
+        "memory_bytes": limits.memory_bytes,
+        "file_bytes": limits.file_bytes,
+        # a backstop only: the notebook deadline is enforced from outside
+        "cpu_seconds": int(limits.notebook_timeout * 2 + 30),
+        # without a user of its own the count would include the instructor's processes
+        "processes": limits.processes if root else 0,
+        "env": kernel_env(workdir, limits),
+    }
+    prefix = []
+    if protections.level == "root":
+        prefix = ["unshare", *_NAMESPACES]
+    elif protections.level == "userns":
+        # the worker is already root of its own user namespace
+        prefix = ["unshare", *_NAMESPACES]
+    return [*prefix, sys.executable, "-I", str(JAIL_SCRIPT), json.dumps(config), "--"]
