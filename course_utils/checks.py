@@ -97,10 +97,28 @@ def check_tensor(
         raise AssertionError(f"{name} should have dtype {expected.dtype}, got {value.dtype}")
     if check_device and value.device != expected.device:
         raise AssertionError(f"{name} should be on {expected.device}, got {value.device}")
+    actual, wanted = value.detach().cpu(), expected.detach().cpu()
     try:
-        _assert_close(value.detach().cpu(), expected.detach().cpu(), rtol=rtol, atol=atol, check_device=False, msg=None)
+        _assert_close(actual, wanted, rtol=rtol, atol=atol, check_device=False, msg=None)
     except AssertionError as error:
-        raise AssertionError(f"{name} has the right shape and dtype but wrong values:\n{error}") from None
+        detail = _one_line(error, actual, wanted)
+        raise AssertionError(f"{name} has the right shape and dtype but wrong values: {detail}") from None
+
+
+def _one_line(error: AssertionError, actual: torch.Tensor, expected: torch.Tensor) -> str:
+    """``assert_close``'s report (which elements, how far, what is allowed) on one line, with the worst pair.
+
+    A learner's Validate dialog and nbgrader's feedback show the first line of a message, and
+    the report's first line alone ("Tensor-likes are not close!") says nothing.
+    """
+    lines = [line.strip().rstrip(".") for line in str(error).splitlines() if line.strip()]
+    text = "; ".join(line for line in lines if not line.startswith(("Tensor-likes", "Scalars", "Expected")))
+    if actual.dim() == 0:
+        return f"got {actual.item():.6g}, expected {expected.item():.6g}" + (f" ({text})" if text else "")
+    gap = (actual.double() - expected.double()).abs().nan_to_num(nan=float("inf"))
+    worst = tuple(int(i) for i in torch.unravel_index(gap.argmax(), gap.shape))
+    pair = f"at index {worst} got {actual[worst].item():.6g}, expected {expected[worst].item():.6g}"
+    return f"{text}; {pair}" if text else pair
 
 
 def _strictly_equal(value: object, expected: object) -> bool:

@@ -175,3 +175,16 @@ def test_forbidden_calls_restores_the_profiler_and_lets_errors_through():
         sys.setprofile(None)
     with pytest.raises(TypeError, match="cannot watch"), forbidden_calls(42, reason="write it yourself"):
         pass
+
+
+def test_check_tensor_says_on_one_line_which_values_differ():
+    """Validate and the feedback show a message's first line: it must say what differs."""
+    expected = torch.zeros(2, 3)
+    actual = expected.clone()
+    actual[1, 2] = 0.5
+    with pytest.raises(AssertionError) as caught:
+        check_tensor(actual, expected, "t")
+    (line,) = str(caught.value).splitlines()
+    assert "Mismatched elements: 1 / 6" in line and "at index (1, 2) got 0.5, expected 0" in line
+    with pytest.raises(AssertionError, match=r"^t has .* got 1, expected 2 \(Absolute difference: 1.0"):
+        check_tensor(torch.tensor(1.0), torch.tensor(2.0), "t")
