@@ -9,7 +9,8 @@ events: with CUDA recorded, every label also has a GPU-side twin of the same nam
 ``plot_label_times`` draws them as one stacked bar per variant. ``flop_rate`` reads the
 FLOPs and the time of the matrix products from a profile recorded with ``with_flops=True``.
 ``sync_debug_warnings`` runs a function under ``torch.cuda.set_sync_debug_mode("warn")``
-and returns the warnings it raised instead of printing them (CUDA only).
+and returns the warnings it raised instead of printing them (CUDA only); that mode is an
+experimental detector that misses some synchronisations, so an empty list proves nothing.
 First written out in notebook 10 ("Find the bottleneck with the profiler"), except
 ``sync_debug_warnings``, which notebook 01 writes out.
 """
@@ -158,9 +159,13 @@ def flop_rate(prof: profile, ops: Sequence[str] = MATMUL_OPS) -> tuple[int, floa
 def sync_debug_warnings(fn: Callable[[], object]) -> list[str]:
     """Run ``fn()`` under ``torch.cuda.set_sync_debug_mode("warn")``; return the warnings raised.
 
-    In that mode CUDA warns "called a synchronizing CUDA operation" at each call that makes
-    the CPU wait for the GPU; the first time in a process, switching the mode on also warns
-    that it is a prototype which does not catch every synchronising operation. Every
+    In that mode CUDA warns "called a synchronizing CUDA operation" at the synchronising calls
+    it covers. It does not cover all of them: its docs call it experimental (``torch.distributed``
+    and ``torch.sparse`` are not covered), and ``torch.cuda.synchronize()`` itself is not flagged
+    (c10's ``device_synchronize`` skips the check), so no warning does not mean no sync. The
+    first time in a process, switching the mode on also warns that it is a prototype which
+    does not yet detect all synchronising operations: that notice is not a detection, so
+    count only the messages that start with "called a synchronizing". Every
     warning raised meanwhile is recorded instead of printed and returned as its first
     line, without torch's "(Triggered internally at ...)" suffix, so that a notebook can
     print what was caught. The previous mode is restored afterwards. CUDA only.
