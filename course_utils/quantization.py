@@ -4,10 +4,11 @@ Contract:
 
 * ``import_torchao`` first checks that torchao is installed and fits this torch
   (``torchao_problem``: torchao ``TORCHAO_VERSION`` or newer, torch 2.11 or newer) and
-  raises ``ImportError`` saying what to install if not; then it imports torchao with
-  exactly two known, harmless import-time log messages dropped (its optional
-  GPU/other-ABI ``.so`` files failing to load, and torch's notice about torchao's own
-  ``register_constant`` call). Python warnings are never touched, so a real deprecation
+  raises ``ImportError`` saying what to install if not; then it imports torchao with two
+  kinds of known, harmless import-time log messages dropped, matched by their text: a
+  "Failed to load" line for each bundled ``_C*.so`` kernel library that cannot load here
+  (how many depends on the machine), and torch's notice about torchao's own
+  ``register_constant`` call. Python warnings are never touched, so a real deprecation
   warning still shows.
 * ``serialized_bytes`` is the size of ``torch.save(model.state_dict())``: what a
   checkpoint really occupies, whatever tensor subclasses the model holds.
@@ -65,8 +66,9 @@ MIN_TORCH_FOR_TORCHAO = (2, 11)
 on an older torch it skips its C++ kernels (its ``__init__`` checks ``min_torch_version``)."""
 
 KNOWN_TORCHAO_IMPORT_MESSAGES: dict[str, re.Pattern[str]] = {
-    # torchao/__init__.py tries every bundled _C*.so; the mxfp8 one is built for another
-    # Python ABI and the cutlass one needs an sm90 GPU, so on this CPU they fail to load.
+    # torchao/__init__.py tries every bundled _C*.so and logs one line per library that fails
+    # to load. torchao 0.18 ships two (_C_mxfp8, _C_cutlass_90a), both linked against
+    # PyTorch's CUDA libraries (libc10_cuda.so), so on a CPU-only PyTorch neither loads.
     "torchao": re.compile(r"^Failed to load \S*torchao[/\\]_C\w*\S*\.so"),
     # torch 2.13 logs (not warns) this when torchao registers its KernelPreference enum;
     # it is addressed to torchao's developers and no user code can change it.
@@ -130,7 +132,7 @@ def _installed_torchao_version() -> str | None:
 
 
 def import_torchao() -> ModuleType:
-    """Check torchao against this torch, then import and return it, without two loader log lines.
+    """Check torchao against this torch, then import and return it, without its known loader log lines.
 
     Raises ``ImportError`` with the command that fixes it when ``torchao_problem`` finds one
     (torchao missing or too old, torch too old), before torchao is imported. Only log

@@ -73,6 +73,7 @@ def test_import_torchao_drops_only_the_known_messages(tmp_path):
         "import logging, warnings\n"
         "logger = logging.getLogger(__name__)\n"
         "logger.warning('Failed to load /site-packages/torchao/_C_mxfp8.cpython-310-x86_64-linux-gnu.so: no')\n"
+        "logger.warning('Failed to load /site-packages/torchao/_C_cutlass_90a.abi3.so: no')\n"
         "logger.warning('an unexpected torchao message')\n"
         "logging.getLogger('torch.utils._pytree').warning(\n"
         "    '<enum Kernel> is an Enum subclass and is now natively supported by torch.compile')\n"
