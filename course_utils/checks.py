@@ -155,6 +155,8 @@ def check_equal(value: object, expected: object, name: str) -> None:
 
 
 def _qualified_name(obj: object) -> str:
+    if isinstance(obj, (torch._ops.OpOverloadPacket, torch._ops.OpOverload)):
+        return f"torch.ops.{obj}"  # str() is "aten.native_batch_norm" (".default" for an overload)
     module = getattr(obj, "__module__", None) or getattr(getattr(obj, "__objclass__", None), "__module__", "")
     name = getattr(obj, "__qualname__", None) or getattr(obj, "__name__", repr(obj))
     return f"{module}.{name}" if module else name

@@ -188,3 +188,10 @@ def test_check_tensor_says_on_one_line_which_values_differ():
     assert "Mismatched elements: 1 / 6" in line and "at index (1, 2) got 0.5, expected 0" in line
     with pytest.raises(AssertionError, match=r"^t has .* got 1, expected 2 \(Absolute difference: 1.0"):
         check_tensor(torch.tensor(1.0), torch.tensor(2.0), "t")
+
+
+def test_a_banned_aten_operator_is_named_as_a_learner_would_call_it():
+    called = r"\(the code called torch\.ops\.aten\.native_batch_norm\)"
+    aten = torch.ops.aten.native_batch_norm
+    with pytest.raises(AssertionError, match=called), forbidden_calls(aten, reason="write it yourself"):
+        aten(torch.randn(4, 3), None, None, None, None, True, 0.1, 1e-5)
