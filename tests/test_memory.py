@@ -3,7 +3,12 @@
 import pytest
 import torch
 from torch import nn
-from torch.utils.checkpoint import checkpoint
+from torch.utils.checkpoint import (
+    CheckpointPolicy,
+    checkpoint,
+    checkpoint_sequential,
+    create_selective_checkpoint_contexts,
+)
 
 from course_utils.memory import (
     SavedTensorsCounter,
@@ -176,3 +181,82 @@ def test_peak_extra_bytes_rejects_other_devices():
 @pytest.mark.parametrize(("n", "text"), [(0, "0 B"), (1023, "1023 B"), (1536, "1.50 KiB"), (5 * 2**30, "5.00 GiB")])
 def test_format_bytes(n, text):
     assert format_bytes(n) == text
+
+
+class _Block(nn.Module):
+    """Notebook 02's pre-norm residual MLP block."""
+
+    def __init__(self, width):
+        super().__init__()
+        self.norm, self.up, self.down = nn.LayerNorm(width), nn.Linear(width, 4 * width), nn.Linear(4 * width, width)
+
+    def forward(self, x):
+        return x + self.down(nn.functional.gelu(self.up(self.norm(x))))
+
+
+_MATMULS = {torch.ops.aten.mm.default, torch.ops.aten.addmm.default}
+
+
+def test_selective_checkpointing_keeps_its_cache_out_of_saved_tensor_hooks():
+    # Notebook 02 counts SAC's memory as the hooks' count (the block inputs) plus what its policy
+    # keeps, which it adds up itself from the matmuls' arguments. Check that sum against SAC's own cache.
+    torch.manual_seed(0)
+    width, depth, batch = 16, 3, 5
+    blocks = nn.ModuleList(_Block(width) for _ in range(depth))
+    kept, caches = [0], []
+
+    def policy(ctx, op, *args, **kwargs):
+        if op not in _MATMULS:
+            return CheckpointPolicy.PREFER_RECOMPUTE
+        if not ctx.is_recompute:
+            kept[0] += args[-2].shape[0] * args[-1].shape[1] * args[-2].element_size()
+        return CheckpointPolicy.MUST_SAVE
+
+    def context_fn():
+        pair = create_selective_checkpoint_contexts(policy)
+        caches.append(pair[0].storage)  # private: read here only to check the notebook's count
+        return pair
+
+    x = torch.randn(batch, width)
+    with SavedTensorsCounter(exclude=blocks.parameters()) as counter:
+        out = x
+        for block in blocks:
+            out = checkpoint(block, out, use_reentrant=False, context_fn=context_fn)
+    cached = sum(
+        entry.val.untyped_storage().nbytes()
+        for storage in caches
+        for entries in storage.values()
+        for entry in entries.values()
+        if hasattr(entry, "val")
+    )
+    activation = batch * width * 4
+    assert counter.activation_bytes == depth * activation  # the block inputs only
+    assert kept[0] == cached == depth * 5 * activation  # up's 4 * width and down's width per block
+
+    plain_grads = torch.autograd.grad(nn.functional.mse_loss(nn.Sequential(*blocks)(x), x), list(blocks.parameters()))
+    sac_grads = torch.autograd.grad(nn.functional.mse_loss(out, x), list(blocks.parameters()))
+    for plain, sac in zip(plain_grads, sac_grads, strict=True):
+        torch.testing.assert_close(sac, plain)
+
+
+@pytest.mark.parametrize("segments", [1, 2, 3, 4, 6])
+def test_checkpoint_sequential_keeps_segment_inputs_and_the_whole_last_run(segments):
+    torch.manual_seed(0)
+    width, depth, batch = 8, 6, 3
+    blocks = [_Block(width) for _ in range(depth)]
+    with SavedTensorsCounter(exclude=nn.ModuleList(blocks).parameters()) as counter:
+        checkpoint_sequential(blocks, segments, torch.randn(batch, width), use_reentrant=False)
+    last_run = depth - (segments - 1) * (depth // segments)
+    assert counter.activation_bytes == ((segments - 1) * width + last_run * (10 * width + 2)) * batch * 4
+
+
+def test_inference_tensors_fail_only_where_autograd_saves_or_mutates_them():
+    with torch.inference_mode():
+        frozen = torch.randn(4)
+    weight = torch.ones(4, requires_grad=True)
+    (frozen + weight).sum().backward()  # add saves neither input
+    assert torch.equal(weight.grad, torch.ones(4))
+    with pytest.raises(RuntimeError, match="Inference tensors cannot be saved for backward"):
+        frozen * weight
+    with pytest.raises(RuntimeError, match="Inplace update to inference tensor"):
+        frozen.add_(1)
