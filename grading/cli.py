@@ -17,7 +17,7 @@ import sys
 import threading
 from pathlib import Path
 
-from grading.coursedir import CourseError, default_course
+from grading.coursedir import CourseError, counted, default_course
 from grading.sandbox.protections import Limits, detect
 
 __all__ = ["main"]
@@ -73,6 +73,12 @@ def _parser() -> argparse.ArgumentParser:
     autograde.add_argument("--assignment", action="append", help="only this assignment (repeatable)")
     autograde.add_argument("--student", action="append", help="only this student (repeatable)")
     autograde.add_argument("--force", action="store_true", help="regrade submissions graded before")
+    autograde.add_argument(
+        "--notebook", help="only the notebooks this glob matches, e.g. 'p1*' (default: CourseDirectory.notebook_id, *)"
+    )
+    autograde.add_argument(
+        "--no-execute", action="store_true", help="refused: course always runs the notebooks (nbgrader's flag)"
+    )
     autograde.add_argument("--no-progress", action="store_true")
     _add_limits(autograde)
 
@@ -112,13 +118,17 @@ def _collect(course, args) -> int:
         when = f" ({item.timestamp:%Y-%m-%d %H:%M} UTC)" if item.timestamp else ""
         print(item.note or f"collected {item.student}/{item.assignment}{when}")
     written = sum(1 for r in report if r.path)
-    print(f"{written} submissions written to {course.submitted}" if written else "nothing new to collect")
+    print(f"{counted(written, 'submission')} written to {course.submitted}" if written else "nothing new to collect")
     return 0
 
 
 def _autograde(course, args) -> int:
     from grading.sandbox.worker import WorkerPool
 
+    if args.no_execute:
+        from grading.autograde import refuse_no_execute
+
+        raise refuse_no_execute("--no-execute")
     protections = detect(args.sandbox)
     print(protections.describe(), file=sys.stderr)
     hide = [p for p in (course.root, course.notebooks) if p is not None]
@@ -133,6 +143,7 @@ def _autograde(course, args) -> int:
             force=args.force,
             progress=not args.no_progress,
             pool=pool,
+            notebooks=args.notebook,
         )
     for note in summary.ignored:
         print(f"not graded: {note}")
@@ -151,7 +162,7 @@ def _feedback(course, args) -> int:
     from grading.feedback import feedback
 
     files = feedback(course, args.assignment, students=args.student, hide_hidden_tests=args.hide_hidden_tests)
-    print(f"{len(files)} feedback files in {course.feedback}")
+    print(f"{counted(len(files), 'feedback file')} in {course.feedback}")
     return 0
 
 

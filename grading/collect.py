@@ -15,7 +15,10 @@ are (a broken file is graded, with an explanation, not rejected):
   regex with a ``(?P<student>...)`` group, e.g. Canvas's ``login_userid_subid_name`` with
   ``(?P<student>[^_]+)_``), else what the file name has besides the assignment and
   notebook names (``alice_ps1.ipynb``), else the nearest enclosing folder that is not the
-  assignment's. The time is the zip entry's or the file's (UTC).
+  assignment's. The time is the zip entry's (``zip_entry_time``: the UTC time Info-ZIP or
+  NTFS fields hold, else the header's local time taken as UTC) or the file's. Zip entry
+  names are read as their maker wrote them (``zip_entry_name``: Info-ZIP's UTF-8 names
+  without the UTF-8 flag, its Unicode Path field) and names compare in Unicode NFC.
 
 Student ids are reduced to ``[A-Za-z0-9._-]``. Several files of one student for one
 notebook in one folder (an LMS's ``-1`` resubmission) are versions: the newest is taken.
@@ -32,7 +35,10 @@ from __future__ import annotations
 
 import re
 import shutil
+import struct
+import unicodedata
 import zipfile
+import zlib
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path, PurePosixPath
@@ -40,12 +46,17 @@ from pathlib import Path, PurePosixPath
 from grading.coursedir import Course, CourseError
 from grading.sanitize import MAX_SUBMISSION_BYTES
 
-__all__ = ["CollectError", "Collected", "collect", "parse_name", "student_id"]
+__all__ = ["CollectError", "Collected", "collect", "parse_name", "student_id", "zip_entry_name", "zip_entry_time"]
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
 _RESUBMISSION = re.compile(r"(?:-\d+|\s*\(\d+\))\s*$")  # an LMS's "-1" or "(1)" copy of a file
 _MAX_FOLDER_BYTES = 200 * 1024 * 1024
 _STAMP_FORMAT = "%Y-%m-%d %H:%M:%S.%f %Z"
+_UTF8_FLAG = 0x800  # general purpose bit 11: the name is UTF-8
+_EXTENDED_TIMESTAMP_FIELD = 0x5455  # Info-ZIP "UT": modification time in UTC
+_UNICODE_PATH_FIELD = 0x7075  # Info-ZIP "up": the name in UTF-8
+_NTFS_FIELD = 0x000A  # NTFS times in UTC
+_FILETIME_EPOCH = 11_644_473_600  # seconds from 1601-01-01 to 1970-01-01
 
 
 class CollectError(CourseError):
@@ -77,6 +88,11 @@ def student_id(student: str) -> str:
     return student if student not in {"", ".", ".."} else ""
 
 
+def _nfc(text: str) -> str:
+    """Names compared in one Unicode form (macOS writes file names decomposed, NFD)."""
+    return unicodedata.normalize("NFC", text)
+
+
 def parse_name(
     name: str,
     assignments: dict[str, list[str]],
@@ -87,16 +103,16 @@ def parse_name(
 
     ``assignments`` maps each assignment to its notebook names.
     """
-    path = PurePosixPath(name)
+    path = PurePosixPath(_nfc(name))
     stem = path.stem
     folders = [part for part in path.parts[:-1] if part not in ("", ".", "..")]
     if assignment is None:
-        named = [a for a in assignments if a in stem or a in folders]
+        named = [a for a in assignments if _nfc(a) in stem or _nfc(a) in folders]
         if not named:
             return "no assignment of this course in its name or folder (use --assignment)"
         assignment = max(named, key=len)
     notebooks = assignments[assignment]
-    matches = [n for n in notebooks if n in stem]
+    matches = [n for n in notebooks if _nfc(n) in stem]
     if matches:
         notebook = max(matches, key=len)
     elif len(notebooks) == 1:
@@ -108,11 +124,12 @@ def parse_name(
         student = student_id(match.group("student")) if match else ""
     else:
         rest = stem
-        for word in sorted({notebook, assignment}, key=len, reverse=True):
+        for word in sorted({_nfc(notebook), _nfc(assignment)}, key=len, reverse=True):
             rest = rest.replace(word, " ")
         student = student_id(_RESUBMISSION.sub("", rest))
     if not student:
-        candidates = [f for f in reversed(folders) if f not in assignments and f not in notebooks]
+        taken = {_nfc(word) for word in [*assignments, *notebooks]}
+        candidates = [f for f in reversed(folders) if f not in taken]
         student = student_id(candidates[0]) if candidates else ""
     if not student:
         return "no student id in its name or folder (use --student-pattern)"
@@ -158,6 +175,70 @@ def _read_folder(folder: Path, student: str, assignment: str, origin: str) -> _I
     return _Incoming(student, assignment, origin, when, files, stamp_text)
 
 
+def _extra_fields(extra: bytes) -> dict[int, bytes]:
+    """A zip entry's extra fields by tag (the first of each; a truncated field is cut short)."""
+    fields: dict[int, bytes] = {}
+    offset = 0
+    while offset + 4 <= len(extra):
+        tag, size = struct.unpack_from("<HH", extra, offset)
+        fields.setdefault(tag, extra[offset + 4 : offset + 4 + size])
+        offset += 4 + size
+    return fields
+
+
+def zip_entry_name(info: zipfile.ZipInfo) -> str:
+    """A zip entry's name as its author wrote it, NFC-normalised.
+
+    Python decodes a name without the UTF-8 flag (bit 11) as cp437, the zip format's
+    default; but Info-ZIP's ``zip`` on Linux and macOS stores UTF-8 names without that
+    flag, and on Windows adds the UTF-8 name in an Info-ZIP Unicode Path field (0x7075,
+    valid while its CRC matches the stored name). So: the Unicode Path field if valid,
+    else the stored bytes as UTF-8 if they are, else cp437. macOS writes decomposed
+    (NFD) names; the course's notebook names are compared in NFC.
+    """
+    if info.flag_bits & _UTF8_FLAG:
+        return _nfc(info.filename)
+    raw = info.orig_filename.encode("cp437")  # Python decoded the stored bytes as cp437: get them back
+    field = _extra_fields(info.extra).get(_UNICODE_PATH_FIELD, b"")
+    if len(field) > 5 and field[0] == 1 and struct.unpack_from("<I", field, 1)[0] == zlib.crc32(raw):
+        return _nfc(field[5:].decode("utf-8", "replace"))
+    try:
+        return _nfc(raw.decode("utf-8"))
+    except UnicodeDecodeError:
+        return _nfc(info.filename)
+
+
+def _ntfs_time(field: bytes) -> datetime | None:
+    """The modification time of an NTFS extra field (attribute 1: three FILETIMEs), if it has one."""
+    offset = 4  # reserved
+    while offset + 4 <= len(field):
+        tag, size = struct.unpack_from("<HH", field, offset)
+        if tag == 1 and size >= 8 and offset + 12 <= len(field):
+            ticks = struct.unpack_from("<Q", field, offset + 4)[0]  # 100 ns since 1601-01-01 UTC
+            try:
+                return datetime.fromtimestamp(ticks / 1e7 - _FILETIME_EPOCH, tz=timezone.utc)
+            except (OverflowError, OSError, ValueError):
+                return None
+        offset += 4 + size
+    return None
+
+
+def zip_entry_time(info: zipfile.ZipInfo) -> datetime:
+    """When a zip entry's file was last modified, in UTC.
+
+    The zip header's own time is the local time of an unknown zone; Info-ZIP's extended
+    timestamp field (0x5455, written by ``zip`` on Linux and macOS) and the NTFS field
+    (0x000a, 7-Zip and others on Windows) hold the time in UTC: either is used when
+    present. Without them the header's time is taken as UTC.
+    """
+    fields = _extra_fields(info.extra)
+    extended = fields.get(_EXTENDED_TIMESTAMP_FIELD, b"")
+    if len(extended) >= 5 and extended[0] & 1:  # flag bit 0: the modification time comes first
+        return datetime.fromtimestamp(struct.unpack_from("<I", extended, 1)[0], tz=timezone.utc)
+    ntfs = _ntfs_time(fields.get(_NTFS_FIELD, b""))
+    return ntfs or datetime(*info.date_time, tzinfo=timezone.utc)
+
+
 def _flat_entries(source: Path, skip: list[Path]):
     """(name, bytes, timestamp, size) for every notebook in a folder or zip (no bytes when too large)."""
     if source.is_dir():
@@ -170,12 +251,12 @@ def _flat_entries(source: Path, skip: list[Path]):
     elif zipfile.is_zipfile(source):
         with zipfile.ZipFile(source) as archive:
             for info in archive.infolist():
-                if info.is_dir() or not info.filename.endswith(".ipynb") or "__MACOSX" in info.filename:
+                name = zip_entry_name(info)
+                if info.is_dir() or not name.endswith(".ipynb") or "__MACOSX" in name:
                     continue
-                stamp = datetime(*info.date_time, tzinfo=timezone.utc)
                 small = info.file_size <= MAX_SUBMISSION_BYTES
                 data = archive.read(info)[: MAX_SUBMISSION_BYTES + 1] if small else b""
-                yield info.filename, data, stamp, max(info.file_size, len(data))
+                yield name, data, zip_entry_time(info), max(info.file_size, len(data))
     elif source.exists():
         raise CollectError(f"{source} is neither a folder nor a zip file")
     else:

@@ -6,6 +6,8 @@ created on construction. Its configuration is the one plain ``nbgrader`` would u
 course's ``nbgrader_config.py`` (and any in Jupyter's config paths), loaded by nbgrader's
 application class, so the course id, the directory names and layout, timeouts, the
 late-submission plugin and every preprocessor option mean what nbgrader's docs say.
+Options nothing reads (``config_problems``: a typo, a misspelt class) are reported on
+stderr when the configuration is loaded.
 
 An assignment is a folder of ``source/`` holding one or more notebooks of any name; the
 other files beside them (data, images) belong to it too. ``default_course()`` is the
@@ -21,11 +23,12 @@ import os
 import re
 import sys
 from dataclasses import dataclass
+from difflib import get_close_matches
 from pathlib import Path
 
 from traitlets.config import Config
 
-__all__ = ["REPO_ROOT", "Course", "CourseError", "default_course", "load_config"]
+__all__ = ["REPO_ROOT", "Course", "CourseError", "config_problems", "counted", "default_course", "load_config"]
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 REPO_COURSE = REPO_ROOT / "grading" / "course"
@@ -35,6 +38,11 @@ CONFIG_FILE = "nbgrader_config.py"
 
 class CourseError(RuntimeError):
     """Something about the course directory the instructor can fix (the message says what)."""
+
+
+def counted(count: float, noun: str, plural: str | None = None) -> str:
+    """``count`` with its noun in the right number: ``1 submission``, ``2 submissions``, ``0.5 points``."""
+    return f"{count:g} {noun if count == 1 else plural or noun + 's'}"
 
 
 def load_config(root: Path) -> Config:
@@ -59,7 +67,104 @@ def load_config(root: Path) -> Config:
         raise CourseError(f"could not load {root / CONFIG_FILE}: {type(error).__name__}: {error}") from error
     config = Config(app.config)
     config.CourseDirectory.root = app.coursedir.root
+    problems = _translate_outdated(config) + config_problems(config)
+    for problem in problems:
+        _warn_once(f"course: warning: nbgrader configuration of {root}: {problem}")
     return config
+
+
+# Section names nbgrader's own commands translate (``nbgrader autograde`` reads ``AutogradeApp.x``
+# as ``Autograde.x``, ...): the steps ``course`` runs through nbgrader's API do not, so it does it here.
+_OUTDATED_SECTIONS = {"AutogradeApp": "Autograde", "AssignApp": "GenerateAssignment", "FeedbackApp": "GenerateFeedback"}
+_warned: set[str] = set()
+
+
+def _warn_once(message: str) -> None:
+    """A warning on stderr, once per process (a course's config is loaded by every step)."""
+    if message not in _warned:
+        _warned.add(message)
+        print(message, file=sys.stderr)
+
+
+def _translate_outdated(config: Config) -> list[str]:
+    """Move the options of outdated section names where nbgrader's commands move them; say so."""
+    problems = []
+    for old, new in _OUTDATED_SECTIONS.items():
+        if config.get(old):
+            names = ", ".join(f"{old}.{key}" for key in config[old])
+            problems.append(f"{names}: outdated, read as {new} (as nbgrader does); write {new} in the config")
+            config[new].merge(config[old])
+            del config[old]
+    return problems
+
+
+def _configurables() -> dict[str, list[type]]:
+    """Every configurable class nbgrader's commands and ``course`` use, by name."""
+    import nbgrader.apps  # noqa: F401  (imports every converter, preprocessor, plugin, exporter they use)
+    from traitlets.config import Configurable
+
+    import grading.feedback  # noqa: F401  (HideHiddenTests, TestResults)
+
+    found: dict[str, list[type]] = {}
+    todo = [Configurable]
+    while todo:
+        cls = todo.pop()
+        for sub in cls.__subclasses__():
+            if sub not in found.setdefault(sub.__name__, []):
+                found[sub.__name__].append(sub)
+                todo.append(sub)
+    return found
+
+
+def _options(classes: list[type]) -> set[str]:
+    """The options a section sets: the configurable traits of its classes and of their subclasses."""
+    names: set[str] = set()
+    todo = list(classes)
+    while todo:
+        cls = todo.pop()
+        names |= set(cls.class_trait_names(config=True))
+        todo += cls.__subclasses__()
+    return names
+
+
+def config_problems(config: Config) -> list[str]:
+    """Options of ``config`` that nothing reads, each with the class and a close match when there is one.
+
+    traitlets warns about an unknown option only when its class is instantiated (so
+    ``nbgrader`` warns about some, and only once it gets there); this checks every section
+    at once: an option its class (and subclasses) lacks, a section named like a known class
+    but misspelt, and an option set outside any class (``c.course_id``). Sections of classes
+    nbgrader does not know and that resemble none, such as a late-penalty plugin's, are left
+    alone.
+    """
+    classes = _configurables()
+    problems = []
+    for section, options in config.items():
+        if isinstance(options, Config) and not options:
+            continue  # an empty section (nbgrader's own translation of outdated names leaves some)
+        if not isinstance(options, Config):
+            owners = sorted(
+                name
+                for name, group in classes.items()
+                if any(section in c.class_trait_names(config=True) for c in group)
+            )
+            where = f"; did you mean {' or '.join(f'c.{o}.{section}' for o in owners[:3])}?" if owners else ""
+            problems.append(f"`c.{section}` is set outside any class, so nothing reads it{where}")
+        elif section not in classes:
+            close = get_close_matches(section, classes, n=1)
+            if close:
+                problems.append(
+                    f"`{section}` is no class nbgrader knows, so its options are ignored; did you mean `{close[0]}`?"
+                )
+        else:
+            known = _options(classes[section])
+            for name, value in options.items():
+                if name in known or isinstance(value, Config):
+                    continue
+                matches = get_close_matches(name, known, n=1)
+                hint = f"; did you mean `{matches[0]}`?" if matches else ""
+                problems.append(f"option `{name}` is not recognized by `{section}`, so it is ignored{hint}")
+    return problems
 
 
 @dataclass(frozen=True)

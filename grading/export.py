@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from grading.collect import student_id
-from grading.coursedir import Course, CourseError
+from grading.coursedir import Course, CourseError, counted
 
 __all__ = ["CANVAS_IDENTITY", "Exported", "export"]
 
@@ -156,7 +156,9 @@ def _canvas(course: Course, roster: Path, match_column: str, data) -> tuple[Path
     warnings = [f"{s}: in the gradebook but not in the roster (not in canvas.csv)" for s in sorted(known - matched)]
     unknown = sum(1 for row in out[1:] if not any(row[len(CANVAS_IDENTITY) : -2]))
     if unknown:
-        warnings.append(f"{unknown} roster students have no grades in the gradebook (their cells are empty)")
+        who = f"{counted(unknown, 'roster student')} {'has' if unknown == 1 else 'have'}"
+        cells = "its cells are" if unknown == 1 else "their cells are"
+        warnings.append(f"{who} no grades in the gradebook ({cells} empty)")
     return path, warnings
 
 

@@ -6,6 +6,9 @@ hidden tests removed, cells locked, checksums and the full cells recorded in the
 gradebook, and the assignment's other files (data, images) copied along, all into
 ``release/<assignment>/``. Released notebooks have no outputs and no execution counts,
 and ``find_leaks`` proves that no line of a solution or of a hidden test reached them.
+Before nbgrader runs, ``misspelt_markers`` looks for lines that nearly are a solution or
+hidden-test marker (``### BEGIN HIDDEN TEST``): nbgrader would release what follows them,
+so any one stops the release (``ReleaseError``, naming the cell and line).
 
 This repository's own course is the one special case: its assignments are the
 ``notebooks/NN_slug.ipynb`` files, copied first to ``source/NN_slug/NN_slug.ipynb``.
@@ -19,6 +22,7 @@ import filecmp
 import re
 import shutil
 import tempfile
+from difflib import SequenceMatcher
 from pathlib import Path
 
 import nbformat
@@ -26,7 +30,7 @@ from nbformat import NotebookNode
 
 from grading.coursedir import CONFIG_FILE, Course, CourseError
 
-__all__ = ["ReleaseError", "find_leaks", "release", "secret_blocks", "stale_releases"]
+__all__ = ["ReleaseError", "find_leaks", "misspelt_markers", "release", "secret_blocks", "stale_releases"]
 
 _BLOCKS = {
     "solution": ("### BEGIN SOLUTION", "### END SOLUTION"),
@@ -101,6 +105,75 @@ def find_leaks(source: NotebookNode, released: NotebookNode) -> list[str]:
     return leaks
 
 
+_COMMENT = re.compile(r"^(?:#+|//+|--+|%+|;+|<!--)?\s*(.*?)\s*(?:-->)?$")
+_NEAR = 0.85  # how alike a line and a marker must be to be a misspelt marker (difflib's ratio)
+_SLACK = 3  # and how many characters longer or shorter at most
+
+
+def _markers(course: Course) -> list[str]:
+    """The course's solution and hidden-test delimiters (nbgrader's ``ClearSolutions``, ``ClearHiddenTests``)."""
+    from nbgrader.preprocessors import ClearHiddenTests, ClearSolutions
+
+    solutions, hidden = course.configurable(ClearSolutions), course.configurable(ClearHiddenTests)
+    return [
+        solutions.begin_solution_delimeter,
+        solutions.end_solution_delimeter,
+        hidden.begin_test_delimeter,
+        hidden.end_test_delimeter,
+    ]
+
+
+def _near_miss(line: str, markers: list[str]) -> str | None:
+    """The marker ``line`` was meant to be, when it is a comment line nbgrader will not take for it.
+
+    Meant to be: the line, its comment mark, case, underscores and spacing aside, is the
+    marker with at most a few characters wrong (a dropped "S", a stray "T").
+    """
+    if any(marker in line for marker in markers):  # nbgrader's test: the marker anywhere in the line
+        return None
+    text = _normal(_COMMENT.match(line.strip()).group(1))
+    for marker in markers:
+        wanted = _normal(marker)
+        if abs(len(text) - len(wanted)) <= _SLACK and SequenceMatcher(None, text, wanted).ratio() >= _NEAR:
+            return marker
+    return None
+
+
+def _normal(text: str) -> str:
+    return " ".join(text.upper().replace("_", " ").split())
+
+
+def misspelt_markers(nb: NotebookNode, markers: list[str]) -> list[str]:
+    """Lines that look like a solution or hidden-test marker but are not one, with their cell and line.
+
+    nbgrader finds a marker by exact, case-sensitive substring: ``### BEGIN HIDDEN TEST``
+    (no S) is no marker, so the hidden tests after it are released in full.
+    """
+    found = []
+    for index, cell in enumerate(nb.cells):
+        name = cell.get("metadata", {}).get("nbgrader", {}).get("grade_id") or f"cell {index + 1}"
+        for number, line in enumerate(cell.source.splitlines(), start=1):
+            marker = _near_miss(line, markers)
+            if marker is not None:
+                found.append(f"{name}, line {number}: {line.strip()!r} looks like {marker!r} but is not one")
+    return found
+
+
+def _check_markers(course: Course, names: list[str]) -> None:
+    """Refuse to release any of ``names`` while a source notebook has a misspelt marker."""
+    markers, problems = _markers(course), []
+    for name in names:
+        folder = course.folder("source", name)
+        for notebook in course.notebook_names(folder):
+            nb = nbformat.read(folder / f"{notebook}.ipynb", as_version=4)
+            problems += [f"{name}/{notebook}.ipynb: {p}" for p in misspelt_markers(nb, markers)]
+    if problems:
+        raise ReleaseError(
+            "nothing was released: nbgrader would release what a misspelt marker should hide "
+            "(it finds markers by exact, case-sensitive text); correct these lines:\n" + "\n".join(problems)
+        )
+
+
 def _parse_duedate(duedate: str):  # -> datetime, as nbgrader reads it
     from nbgrader.utils import parse_utc
 
@@ -132,6 +205,7 @@ def release(course: Course, assignments: list[str] | None = None, *, duedate: st
     if unknown:
         have = ", ".join(available)
         raise ReleaseError(f"no such assignment in {course.source}: {', '.join(unknown)} (have: {have})")
+    _check_markers(course, names)
     course.root.mkdir(parents=True, exist_ok=True)
     api = course.api()
     written = []

@@ -471,13 +471,28 @@ def without_grader_cells(nb: NotebookNode, notes: list[str]) -> NotebookNode:
                 if "execution_count" in output:
                     output["execution_count"] = count
     if notes:
-        out.cells.insert(0, notes_cell(notes))
+        out.cells.insert(0, notes_cell(notes, out))
     return out
 
 
-def notes_cell(notes: list[str]) -> NotebookNode:
+NOTES_CELL_ID = "grading-notes"
+
+
+def notes_cell(notes: list[str], nb: NotebookNode | None = None) -> NotebookNode:
+    """The markdown cell of grading notes that goes on top of ``nb``.
+
+    Its id is fixed (``grading-notes``, or ``grading-notes-2``, ... when a cell of ``nb``
+    already has it), so two identical submissions give identical autograded files.
+    """
     text = "## Grading notes\n\n" + "\n".join(f"- {note}" for note in notes)
-    return new_markdown_cell(text, metadata={ROLE_KEY: {"role": "notes"}})
+    cell = new_markdown_cell(text, metadata={ROLE_KEY: {"role": "notes"}})
+    taken = {c.get("id") for c in nb.cells} if nb is not None else set()
+    cell.id = next(name for n in range(1, len(taken) + 2) if (name := _numbered(NOTES_CELL_ID, n)) not in taken)
+    return cell
+
+
+def _numbered(name: str, n: int) -> str:
+    return name if n == 1 else f"{name}-{n}"
 
 
 def fail_all_tests(nb: NotebookNode, reason: str) -> NotebookNode:

@@ -131,3 +131,44 @@ def test_every_configured_autograde_preprocessor_runs_in_its_place(tmp_path, con
     steps = _Nbgrader(Course(tmp_path))
     assert [type(p).__name__ for p in steps.before_execute] == before
     assert [type(p).__name__ for p in steps.after_execute] == after
+
+
+def test_config_options_nothing_reads_are_reported_on_stderr(tmp_path, capsys):
+    """nbgrader warns about an unknown option only once it instantiates the class; every step here
+    loads the config, so each typo is reported whatever the step, with a close match."""
+    (tmp_path / "nbgrader_config.py").write_text(
+        "c = get_config()\n"
+        "c.CourseDirectory.course_id = 'typos'\n"
+        "c.CourseDirectory.db_assignments = []\n"  # the option of an old nbgrader
+        "c.Execute.timeot = 5\n"
+        "c.ClearSolutionz.code_stub = {}\n"
+        "c.course_id = 'outside'\n"
+        "c.OnePointPerDay.points = 2\n"  # a plugin's own class: not nbgrader's, left alone
+        "c.NbGraderPreprocessor.enabled = True\n"  # a base class: its subclasses read it
+        "c.AutogradeApp.permissions = 644\n"  # nbgrader autograde reads it as Autograde.permissions
+    )
+    assert main(["--course", str(tmp_path), "collect", "inbox"]) == 1  # no assignments; the config is read first
+    err = capsys.readouterr().err
+    warnings = [line.split(": ", 3)[3] for line in err.splitlines() if line.startswith("course: warning:")]
+    assert warnings == [
+        "AutogradeApp.permissions: outdated, read as Autograde (as nbgrader does); write Autograde in the config",
+        "option `db_assignments` is not recognized by `CourseDirectory`, so it is ignored; "
+        "did you mean `assignment_id`?",
+        "option `timeot` is not recognized by `Execute`, so it is ignored; did you mean `timeout`?",
+        "`ClearSolutionz` is no class nbgrader knows, so its options are ignored; did you mean `ClearSolutions`?",
+        "`c.course_id` is set outside any class, so nothing reads it; did you mean c.CourseDirectory.course_id?",
+    ]
+    assert Course(tmp_path).config.Autograde.permissions == 644
+
+
+def test_counts_are_in_the_right_number():
+    from grading.autograde import Graded, Submission, Summary
+
+    one = Graded(Submission("alice", "ps1", Path("x")), 1, 2, ["a note"], needs_manual_grade=True)
+    summary = Summary(graded=[one], skipped=[one.submission])
+    assert summary.line() == (
+        "graded 1 submission, 0 grader errors, 1 with notes, 1 needs manual grading, "
+        "1 already graded (--force regrades them), in 0.0 s"
+    )
+    summary.graded.append(Graded(Submission("bob", "ps1", Path("y")), 0, 2, [], grader_error=True))
+    assert summary.line().startswith("graded 2 submissions, 1 grader error, 1 with notes, 1 needs manual grading")

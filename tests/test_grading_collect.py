@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import shutil
 import zipfile
+from datetime import datetime, timezone
 from pathlib import Path
 
 import pytest
@@ -136,3 +138,107 @@ def test_nothing_to_collect_says_why(tmp_path):
         collect(course, empty)
     with pytest.raises(CollectError, match="unknown assignment"):
         collect(course, empty, assignment="nope")
+
+
+# -- zips written by Info-ZIP (Linux's and macOS's `zip`) and Windows tools --------------------------
+
+INFOZIP_FIXTURE = Path(__file__).parent / "fixtures" / "grading" / "infozip_utf8_names.zip"
+NOTEBOOK = "problème"  # a notebook name that is not ASCII
+INFOZIP_FILES = {  # name in the zip -> (student, modification time in UTC)
+    f"hw1/alice_{NOTEBOOK}.ipynb": ("alice", "2026-01-09 12:34:56"),
+    "hw1/bob_proble\u0300me.ipynb": ("bob", "2026-01-10 08:00:00"),  # decomposed (NFD), as macOS writes it
+    "hw1/carol_essay.ipynb": ("carol", "2026-01-10 23:30:00"),
+}
+
+
+def build_infozip_archive(target: Path) -> Path:
+    """The zip Info-ZIP's ``zip`` writes of ``INFOZIP_FILES`` on a machine in New York (UTC-5).
+
+    Also how the committed ``INFOZIP_FIXTURE`` was made (``zip`` 3.0, Debian).
+    """
+    import os
+    import subprocess
+
+    work = target.parent / "infozip-work"
+    for name, (student, when) in INFOZIP_FILES.items():
+        path = work / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(f'{{"student": "{student}"}}'.encode())
+        stamp = datetime.strptime(when, "%Y-%m-%d %H:%M:%S").replace(tzinfo=timezone.utc).timestamp()
+        os.utime(path, (stamp, stamp))
+    env = {**os.environ, "TZ": "America/New_York", "LC_ALL": "C.UTF-8"}
+    subprocess.run(["zip", "-q", str(target), *INFOZIP_FILES], cwd=work, env=env, check=True)
+    return target
+
+
+@pytest.fixture(params=["committed", "fresh"])
+def infozip_archive(request, tmp_path) -> Path:
+    if request.param == "committed":
+        return INFOZIP_FIXTURE
+    if shutil.which("zip") is None:
+        pytest.skip("Info-ZIP's zip is not installed (the committed archive is tested)")
+    return build_infozip_archive(tmp_path / "download.zip")
+
+
+def test_infozip_names_that_are_not_ascii_and_times_in_utc(tmp_path, infozip_archive):
+    """Info-ZIP stores UTF-8 names without the UTF-8 flag (Python reads them as cp437) and local
+    times in the header, the UTC time in its extended-timestamp field (0x5455)."""
+    with zipfile.ZipFile(infozip_archive) as archive:  # what the bug was made of
+        info = archive.infolist()[0]
+        assert not info.flag_bits & 0x800 and info.filename != info.filename.encode("cp437").decode("utf-8")
+        assert info.date_time[3] == 7  # 12:34 UTC is 07:34 in New York
+    course = _course(tmp_path, {"hw1": [NOTEBOOK, "essay"]})
+    report = collect(course, infozip_archive)
+    assert [r.note for r in report if not r.path] == []
+    for student, when in INFOZIP_FILES.values():
+        folder = course.folder("submitted", "hw1", student)
+        notebook = "essay" if student == "carol" else NOTEBOOK
+        assert (folder / f"{notebook}.ipynb").read_bytes() == f'{{"student": "{student}"}}'.encode()
+        assert (folder / "timestamp.txt").read_text().startswith(when), student
+
+
+def _patched_zip(path: Path, placeholder: str, stored: bytes, extra: bytes = b"") -> None:
+    """A zip of one entry whose name is stored as ``stored`` (bytes of a legacy code page, no UTF-8 flag)."""
+    info = zipfile.ZipInfo(placeholder, (2026, 1, 9, 7, 34, 56))
+    info.extra = extra
+    with zipfile.ZipFile(path, "w") as archive:
+        archive.writestr(info, b"{}")
+    assert len(placeholder) == len(stored)
+    path.write_bytes(path.read_bytes().replace(placeholder.encode(), stored))
+
+
+def test_windows_unicode_path_field_and_legacy_names(tmp_path):
+    """A Windows archiver stores the name in the OEM code page and adds its UTF-8 form in an Info-ZIP
+    Unicode Path field (0x7075), valid while its CRC matches the stored name; without one, cp437."""
+    import struct
+    import zlib
+
+    from grading.collect import zip_entry_name
+
+    stored = f"alice_{NOTEBOOK}.ipynb".encode("cp850")
+    utf8 = f"alice_{NOTEBOOK}.ipynb".encode()
+    field = struct.pack("<BI", 1, zlib.crc32(stored)) + utf8
+    _patched_zip(tmp_path / "windows.zip", "x" * len(stored), stored, struct.pack("<HH", 0x7075, len(field)) + field)
+    with zipfile.ZipFile(tmp_path / "windows.zip") as archive:
+        assert zip_entry_name(archive.infolist()[0]) == f"alice_{NOTEBOOK}.ipynb"
+    stale = struct.pack("<BI", 1, zlib.crc32(b"renamed since")) + b"other.ipynb"  # the name changed after
+    _patched_zip(tmp_path / "stale.zip", "x" * len(stored), stored, struct.pack("<HH", 0x7075, len(stale)) + stale)
+    _patched_zip(tmp_path / "legacy.zip", "x" * len(stored), stored)
+    for name in ("stale.zip", "legacy.zip"):
+        with zipfile.ZipFile(tmp_path / name) as archive:
+            assert zip_entry_name(archive.infolist()[0]) == stored.decode("cp437")  # not UTF-8: as Python reads it
+
+
+def test_ntfs_times_and_no_time_field(tmp_path):
+    import struct
+
+    from grading.collect import zip_entry_time
+
+    when = datetime(2026, 1, 9, 12, 34, 56, tzinfo=timezone.utc)
+    ticks = int((when.timestamp() + 11_644_473_600) * 10**7)
+    ntfs = struct.pack("<IHH3Q", 0, 1, 24, ticks, ticks, ticks)
+    info = zipfile.ZipInfo("a.ipynb", (2026, 1, 9, 13, 34, 56))  # written in Paris (UTC+1)
+    info.extra = struct.pack("<HH", 0x000A, len(ntfs)) + ntfs
+    assert zip_entry_time(info) == when
+    info.extra = b""
+    assert zip_entry_time(info) == datetime(2026, 1, 9, 13, 34, 56, tzinfo=timezone.utc)  # no zone known: UTC

@@ -213,7 +213,7 @@ def test_exports_include_manual_grades_and_late_penalties(graded_by_hand):
     assert body["alice"][:6] == ["Liddell, Alice", "101", "S1", "alice", "Sec 1", "9.50"] and body["alice"][7] == ""
     assert body["bob"][5:] == ["0", "ps1: -2", "ps1"]
     assert body["dave"][5:] == ["", "", ""]  # not in the gradebook: Canvas changes nothing
-    warning = "1 roster students have no grades in the gradebook (their cells are empty)"
+    warning = "1 roster student has no grades in the gradebook (its cells are empty)"
     assert graded_by_hand["exported"].warnings == [warning]
 
 

@@ -8,6 +8,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
+from grading.cli import main
 from grading.coursedir import REPO_ROOT, Course, default_course
 from grading.release import ReleaseError, find_leaks, release, secret_blocks, stale_releases
 
@@ -109,3 +110,58 @@ def test_release_of_every_real_notebook_works_and_leaks_nothing(real_release):
 def test_committed_releases_are_current(real_release):
     problems = stale_releases(default_course(REPO_ROOT / "grading" / "course"), real_release)
     assert not problems, "\n".join(problems)
+
+
+def _typo_course(root: Path) -> Course:
+    """The compatibility course with a hidden-test block whose markers are misspelt (a real course's)."""
+    course = Course(root)
+    shutil.copytree(FIXTURES / "compat_course", course.root)
+    path = course.folder("source", "ps1") / "problems.ipynb"
+    nb = nbformat.read(path, as_version=4)
+    test = next(c for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade_id") == "mean_column_tests")
+    test.source = test.source.replace("### BEGIN HIDDEN TESTS", "### BEGIN HIDDEN TEST").replace(
+        "### END HIDDEN TESTS", "### END HIDDENT TEST"
+    )
+    nbformat.write(nb, path)
+    return course
+
+
+def test_a_misspelt_marker_stops_the_release(tmp_path, capsys):
+    """nbgrader finds markers by exact text: with `### BEGIN HIDDEN TEST` it releases the hidden tests."""
+    plain = _typo_course(tmp_path / "plain")
+    assert plain.api().generate_assignment("ps1")["success"]
+    leaked = (plain.folder("release", "ps1") / "problems.ipynb").read_text()
+    assert 'mean_of_column(\\"data/points.csv\\", \\"y\\")' in leaked  # plain nbgrader released the hidden test
+
+    course = _typo_course(tmp_path / "ours")
+    with pytest.raises(ReleaseError) as caught:
+        release(course)
+    message = str(caught.value)
+    first = "ps1/problems.ipynb: mean_column_tests, line 2: '### BEGIN HIDDEN TEST' looks like 'BEGIN HIDDEN TESTS'"
+    assert first in message
+    assert "mean_column_tests, line 4: '### END HIDDENT TEST' looks like 'END HIDDEN TESTS'" in message
+    assert not course.release.exists()
+    assert main(["--course", str(course.root), "release"]) == 1
+    assert "nothing was released" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("line", "meant"),
+    [
+        ("### begin solution", "BEGIN SOLUTION"),  # nbgrader's test is case-sensitive
+        ("    ### END SOLUTON", "END SOLUTION"),
+        ("# BEGIN_HIDDEN_TESTS", "BEGIN HIDDEN TESTS"),
+        ("### BEGIN SOLUTION", None),  # the marker itself
+        ("### BEGIN SOLUTIONS", None),  # contains the marker: nbgrader takes it
+        ("# Hidden tests", None),  # a comment, not a marker
+        ("# Solution", None),
+        ("# the end of the tests", None),
+    ],
+)
+def test_what_counts_as_a_misspelt_marker(line, meant):
+    from grading.release import misspelt_markers
+
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(f"x = 1\n{line}")])
+    markers = ["BEGIN SOLUTION", "END SOLUTION", "BEGIN HIDDEN TESTS", "END HIDDEN TESTS"]
+    expected = [f"cell 1, line 2: {line.strip()!r} looks like {meant!r} but is not one"] if meant else []
+    assert misspelt_markers(nb, markers) == expected
