@@ -15,7 +15,7 @@ TEST_JOBS ?= 2
 # Jupyter refuses to run as root unless told; containers and CI machines often are root.
 ROOT_FLAG := $(if $(filter 0,$(shell id -u)),--allow-root)
 
-.PHONY: lab lab-instructor workspace test colab-test browser-test chromium site install lint release grade-benchmark gpu-check set-repo-url clean
+.PHONY: lab lab-instructor workspace test colab-test browser-test chromium site install lint release grade-benchmark capstone-benchmark gpu-check set-repo-url clean
 
 # Two distributions, both editable: course_utils (this folder's pyproject.toml, what notebooks import)
 # and the grader (grading/pyproject.toml, the `course` command).
@@ -78,6 +78,9 @@ release: $(STAMP)  ## regenerate the student versions in grading/course/release/
 
 grade-benchmark: $(STAMP)  ## plain nbgrader vs `course autograde --jobs 2` on a class of 20; prints the ratio
 	$(BIN)/python tools/grade_benchmark.py $(BENCH_ARGS)
+
+capstone-benchmark: $(STAMP)  ## notebook 12's measured grade for four answers, graded 20 times: points and speedup spread
+	$(BIN)/python tools/capstone_benchmark.py $(BENCH_ARGS)
 
 # The GPU check uses the Python at hand (a GPU machine's own CUDA build of torch), not .venv.
 GPU_PYTHON ?= python3

@@ -17,6 +17,7 @@ import bisect
 import gc
 import math
 import os
+import secrets
 import statistics
 import sys
 import types
@@ -37,13 +38,16 @@ from course_utils.device import synchronize
 from course_utils.timing import synced_timer
 
 __all__ = [
+    "ANSWER_IMPORTS",
     "CORRECTNESS_POINTS",
     "FINAL_LOSS_TOLERANCE",
     "GRADED_TASK",
     "MAX_POINTS",
+    "OTHER_TASK",
     "SPEED_TIERS",
     "STEP_LOSS_TOLERANCE",
     "TEST_ACCURACY_TOLERANCE",
+    "AutocastUse",
     "CapstoneGrade",
     "CapstoneNet",
     "CapstoneTask",
@@ -52,6 +56,7 @@ __all__ = [
     "Speedup",
     "TorchCallCounter",
     "TrainFn",
+    "as_if_on_cuda",
     "check_same_training",
     "diagnose",
     "evaluate",
@@ -59,9 +64,13 @@ __all__ = [
     "grade_fast_train",
     "make_model",
     "measure_speedup",
+    "result_arrays",
+    "result_from_arrays",
     "slow_train",
     "speed_points",
     "standardize_image",
+    "timed_rounds",
+    "watch_autocast",
 ]
 
 NUM_PIXELS = 64
@@ -91,10 +100,14 @@ def _digits_pixels() -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Te
 class CapstoneTask:
     """What to train: which images, how long, with which hyperparameters and seed.
 
-    The first ``num_samples`` images of the digits training split, ``epochs`` passes in
-    the shuffled order of ``batch_order()`` (each epoch drops the last incomplete batch),
-    Adam with learning rate ``lr``, a ``CapstoneNet`` of width ``hidden`` initialised from
-    ``seed``.
+    ``num_samples`` images of the digits training split, ``epochs`` passes in the shuffled
+    order of ``batch_order()`` (each epoch drops the last incomplete batch), Adam with
+    learning rate ``lr``, a ``CapstoneNet`` of width ``hidden`` initialised from ``seed``.
+    With ``data_seed`` None the images are the first ``num_samples`` of the split, as
+    stored; with a ``data_seed`` they are a random choice of ``num_samples`` images with a
+    little random noise on their pixels (see ``data``). The grader's timed rounds draw
+    ``seed`` and ``data_seed`` when each round starts, so that nothing computed before a
+    round (standardised images, initial weights, a whole training run) can serve in it.
     """
 
     num_samples: int = 256
@@ -103,6 +116,7 @@ class CapstoneTask:
     hidden: int = 128
     lr: float = 1e-2
     seed: int = 0
+    data_seed: int | None = None
 
     def __post_init__(self) -> None:
         if not 1 <= self.batch_size <= self.num_samples <= NUM_TRAIN_IMAGES:
@@ -119,9 +133,22 @@ class CapstoneTask:
         return self.epochs * (self.num_samples // self.batch_size)
 
     def data(self) -> tuple[torch.Tensor, torch.Tensor]:
-        """The training images as stored, ``(num_samples, 64)`` uint8 in 0..16, and their int64 labels."""
+        """The training images as stored, ``(num_samples, 64)`` uint8 in 0..16, and their int64 labels.
+
+        With a ``data_seed``: ``num_samples`` images drawn without replacement from the
+        whole training split, each pixel moved one step up or down with probability 1/8
+        (kept in 0..16), all fixed by ``data_seed``.
+        """
         pixels, labels, _, _ = _digits_pixels()
-        return pixels[: self.num_samples].clone(), labels[: self.num_samples].clone()
+        if self.data_seed is None:
+            return pixels[: self.num_samples].clone(), labels[: self.num_samples].clone()
+        generator = torch.Generator().manual_seed(self.data_seed)
+        chosen = torch.randperm(NUM_TRAIN_IMAGES, generator=generator)[: self.num_samples]
+        picked = pixels[chosen].to(torch.int16)
+        moved = torch.rand(picked.shape, generator=generator) < 0.125
+        step = torch.randint(0, 2, picked.shape, generator=generator, dtype=torch.int16) * 2 - 1
+        noisy = (picked + moved * step).clamp(0, 16).to(torch.uint8)
+        return noisy, labels[chosen].clone()
 
     def batch_order(self) -> torch.Tensor:
         """Sample indices of every step, ``(steps, batch_size)`` int64, fixed by ``seed``."""
@@ -136,6 +163,8 @@ class CapstoneTask:
 
 GRADED_TASK = CapstoneTask()
 """The task the graded test trains and times (the same in quick mode and on every device)."""
+OTHER_TASK = CapstoneTask(num_samples=96, epochs=1, batch_size=8, hidden=64, lr=5e-3, seed=11)
+"""Another shape of the task, trained once to check that ``fast_train`` reads the task (not untimed)."""
 
 
 def standardize_image(pixels: torch.Tensor) -> torch.Tensor:
@@ -226,13 +255,14 @@ TEST_ACCURACY_TOLERANCE = 0.02
 """Largest allowed difference of the trained models' test accuracy (9 of the 449 test images)."""
 
 
-@lru_cache(maxsize=4)
-def _standardized(num_samples: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Training subset and test set, standardized image by image (the slow, obviously right way)."""
-    pixels, labels, test_pixels, test_labels = _digits_pixels()
-    train = torch.stack([standardize_image(p) for p in pixels[:num_samples]])
+@lru_cache(maxsize=8)
+def _standardized(task: CapstoneTask) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The task's training images and the test set, standardized image by image (the slow, obviously right way)."""
+    pixels, labels = task.data()
+    _, _, test_pixels, test_labels = _digits_pixels()
+    train = torch.stack([standardize_image(p) for p in pixels])
     test = torch.stack([standardize_image(p) for p in test_pixels])
-    return train, labels[:num_samples], test, test_labels
+    return train, labels, test, test_labels
 
 
 def _unwrap(model: nn.Module) -> nn.Module:
@@ -251,7 +281,7 @@ def evaluate(model: nn.Module, task: CapstoneTask) -> tuple[float, float]:
     state = {name: value.detach().float().cpu() for name, value in _unwrap(model).named_parameters()}
     probe = CapstoneNet(task.hidden, fused_gelu=True)
     probe.load_state_dict(state)
-    X, y, X_test, y_test = _standardized(task.num_samples)
+    X, y, X_test, y_test = _standardized(task)
     loss = F.cross_entropy(probe(X), y).item()
     accuracy = (probe(X_test).argmax(dim=1) == y_test).float().mean().item()
     return loss, accuracy
@@ -411,9 +441,9 @@ def measure_speedup(
 ) -> Speedup:
     """Time ``baseline`` and ``fast_train`` in up to ``rounds`` interleaved pairs; check every pair agrees.
 
-    Round ``r`` trains the task with seed ``task.seed + 1 + r`` (so no run can reuse an
-    earlier one) and alternates which function goes first, so that a drift in machine
-    load hits both alike. The two results of each round must pass
+    Each round trains the task with a ``seed`` and ``data_seed`` drawn for that round (so no
+    run can reuse an earlier one, or anything computed for it) and alternates which function
+    goes first, so that a drift in machine load hits both alike. The two results of each round must pass
     ``check_same_training``. With ``thresholds``, measuring stops as soon as the median
     of all ``rounds`` ratios is certain to lie between the same two thresholds, whatever
     the remaining rounds would measure. Warm up both functions before calling this (the
@@ -426,7 +456,7 @@ def measure_speedup(
     base_times: list[float] = []
     fast_times: list[float] = []
     for index in range(rounds):
-        round_task = replace(task, seed=task.seed + 1 + index)
+        round_task = replace(task, seed=secrets.randbelow(2**31), data_seed=secrets.randbelow(2**31))
         order = [("baseline", baseline), ("fast", fast_train)]
         timed = {name: _timed(fn, round_task, device) for name, fn in order[:: 1 if index % 2 == 0 else -1]}
         check_same_training(timed["fast"][1], timed["baseline"][1], round_task, who=f"fast_train (round {index + 1})")
@@ -686,6 +716,79 @@ def diagnose(train: TrainFn, task: CapstoneTask = GRADED_TASK, device: torch.dev
     return diagnosis
 
 
+# ----------------------------------------------------------------------------- watching autocast (exercise 2)
+
+
+@dataclass
+class AutocastUse:
+    """What a block did with autocast (see ``watch_autocast``)."""
+
+    regions: list[tuple[str, torch.dtype | None, bool]] = field(default_factory=list)
+    """``(device type, dtype, enabled)`` of each ``torch.autocast`` region entered."""
+    backward_under_autocast: list[bool] = field(default_factory=list)
+    """For each backward call, whether an autocast region was active on the CPU then."""
+    step_under_autocast: list[bool] = field(default_factory=list)
+    """For each optimizer step, whether an autocast region was active on the CPU then."""
+
+
+@contextmanager
+def watch_autocast() -> Iterator[AutocastUse]:
+    """Record, while the block runs, the autocast regions it enters and whether backward and steps ran inside one.
+
+    Entering ``torch.autocast`` (by any name: the class's ``__enter__`` is watched),
+    ``torch.autograd.backward`` (which ``Tensor.backward`` calls) and every optimizer step
+    (a global step pre-hook) are recorded; everything is put back when the block ends.
+
+    >>> with watch_autocast() as use, torch.autocast("cpu", dtype=torch.bfloat16):
+    ...     pass
+    >>> use.regions
+    [('cpu', torch.bfloat16, True)]
+    """
+    from torch.amp.autocast_mode import autocast
+    from torch.optim.optimizer import register_optimizer_step_pre_hook
+
+    use = AutocastUse()
+    enter, backward = autocast.__enter__, torch.autograd.backward
+
+    def recording_enter(self: autocast) -> autocast:
+        use.regions.append((self.device, self.fast_dtype, bool(self._enabled)))
+        return enter(self)
+
+    def recording_backward(*args, **kwargs) -> None:
+        use.backward_under_autocast.append(torch.is_autocast_enabled("cpu"))
+        return backward(*args, **kwargs)
+
+    def on_step(optimizer: torch.optim.Optimizer, args: tuple, kwargs: dict) -> None:
+        use.step_under_autocast.append(torch.is_autocast_enabled("cpu"))
+
+    handle = register_optimizer_step_pre_hook(on_step)
+    autocast.__enter__ = recording_enter  # type: ignore[method-assign]
+    torch.autograd.backward = recording_backward
+    try:
+        yield use
+    finally:
+        autocast.__enter__ = enter  # type: ignore[method-assign]
+        torch.autograd.backward = backward
+        handle.remove()
+
+
+class _ReportsCuda(torch.Tensor):
+    """A CPU tensor whose ``device`` says ``cuda``: what an answer reads from it shows which device it asks for."""
+
+    @property
+    def device(self) -> torch.device:  # type: ignore[override]
+        return torch.device("cuda")
+
+
+def as_if_on_cuda(tensor: torch.Tensor) -> torch.Tensor:
+    """``tensor`` (on the CPU) reporting ``device.type == "cuda"``, for tests that need a second device type.
+
+    Computation still happens on the CPU; ``torch.autocast("cuda")`` on a machine without
+    CUDA warns and does nothing, which is all a test of the device type needs.
+    """
+    return tensor.as_subclass(_ReportsCuda)
+
+
 # ----------------------------------------------------------------------------- the grade
 
 
@@ -727,15 +830,159 @@ def grade_fast_train(
 ) -> CapstoneGrade:
     """Grade ``fast_train`` against ``slow_train`` on ``task``: correctness, then speed.
 
-    1. Both train ``task`` once (this also warms them up); ``check_same_training`` must
-       pass, or ``AssertionError`` says what differs.
+    1. Both train ``task`` once (this also warms them up), and ``OTHER_TASK`` (another
+       shape); ``check_same_training`` must pass, or ``AssertionError`` says what differs.
     2. ``measure_speedup`` times them in up to ``rounds`` interleaved pairs, stopping
        once the tier of the median is certain.
     3. ``diagnose`` runs ``fast_train`` once more under counters.
+
+    This runs in the caller's interpreter: what ``course`` grades is measured outside it
+    (``timed_rounds``, and the course's referee), where the learner's code cannot reach
+    the baseline, the clock, the inputs or the scoring.
     """
     device = torch.device(device)
     reference = slow_train(task, device)
     agreement = check_same_training(fast_train(task, device), reference, task)
+    other = OTHER_TASK
+    check_same_training(fast_train(other, device), slow_train(other, device), other, who="fast_train on another task")
     thresholds = tuple(threshold for threshold, _ in SPEED_TIERS)
     speedup = measure_speedup(fast_train, task, device, rounds=rounds, thresholds=thresholds)
     return CapstoneGrade(agreement, speedup, diagnose(fast_train, task, device), device.type)
+
+
+# ----------------------------------------------------------------------------- timed rounds, outside the kernel
+
+ANSWER_IMPORTS = """\
+import inspect
+from dataclasses import replace
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.profiler import profile
+
+from course_utils import compare, format_environment, load_digits_split, pick_device, scaled, seed_everything
+from course_utils.capstone import (
+    CORRECTNESS_POINTS,
+    GRADED_TASK,
+    CapstoneNet,
+    CapstoneTask,
+    TorchCallCounter,
+    check_same_training,
+    diagnose,
+    evaluate,
+    grade_fast_train,
+    make_model,
+    measure_speedup,
+    slow_train,
+    standardize_image,
+)
+from course_utils.profiling import label_times, plot_label_times, profiler_activities
+"""
+"""What a timed-round process runs before the learner's answer cells: notebook 12's setup-cell imports."""
+
+Arrays = dict[str, tuple[str, tuple[int, ...], bytes]]
+"""``name -> (dtype, shape, raw bytes)``: a training result as it crosses to the grader."""
+
+
+def _expected_parameters(task: CapstoneTask) -> dict[str, tuple[int, ...]]:
+    with torch.device("meta"):
+        return {name: tuple(p.shape) for name, p in CapstoneNet(task.hidden).named_parameters()}
+
+
+def _plain(value: object, what: str) -> torch.Tensor:
+    """``value`` detached, float32, contiguous, on the CPU, and a plain ``torch.Tensor`` (no subclass)."""
+    if not isinstance(value, torch.Tensor):
+        raise AssertionError(f"{what} should be a torch.Tensor, got {type(value).__name__}")
+    plain = value.detach().to("cpu", torch.float32).contiguous()
+    if type(plain) is not torch.Tensor:
+        raise AssertionError(f"{what} should be a plain torch.Tensor, got a {type(plain).__name__}")
+    return plain
+
+
+def result_arrays(result: object, task: CapstoneTask) -> Arrays:
+    """A ``(model, losses)`` result as the grader receives it: every weight and the losses, materialised.
+
+    Runs in the timed-round process, inside the timed region: a result whose training has
+    not happened yet (a lazy wrapper) is trained here, on the clock. The grader checks the
+    bytes again (``result_from_arrays``); nothing of this process's objects reaches it.
+    """
+    if not isinstance(result, tuple) or len(result) != 2:
+        raise AssertionError(f"fast_train should return a tuple (model, losses), got {type(result).__name__}")
+    model, losses = result
+    if not isinstance(model, nn.Module):
+        raise AssertionError(f"the first element should be the trained nn.Module, got {type(model).__name__}")
+    arrays: Arrays = {}
+    expected = _expected_parameters(task)
+    for name, parameter in _unwrap(model).named_parameters():
+        if name in expected:
+            tensor = _plain(parameter, f"parameter {name}")
+            arrays[f"param:{name}"] = ("float32", tuple(tensor.shape), tensor.numpy().tobytes())
+    tensor = _plain(losses, "losses")
+    arrays["losses"] = ("float32", tuple(tensor.shape), tensor.numpy().tobytes())
+    return arrays
+
+
+def result_from_arrays(arrays: Arrays, task: CapstoneTask, who: str = "fast_train") -> tuple[CapstoneNet, torch.Tensor]:
+    """The grader's side of ``result_arrays``: names, dtypes, shapes and sizes checked, then a model and losses."""
+    expected = {f"param:{name}": shape for name, shape in _expected_parameters(task).items()}
+    expected["losses"] = (task.steps,)
+    if set(arrays) != set(expected):
+        missing, extra = sorted(set(expected) - set(arrays)), sorted(set(arrays) - set(expected))
+        raise AssertionError(
+            f"{who}: the model's parameters should be make_model(task)'s (missing {missing}, extra {extra})"
+        )
+    tensors = {}
+    for name, shape in expected.items():
+        dtype, got_shape, data = arrays[name]
+        if dtype != "float32" or tuple(got_shape) != shape or len(data) != 4 * math.prod(shape):
+            raise AssertionError(
+                f"{who}: {name.removeprefix('param:')} should have shape {shape}, got {tuple(got_shape)}"
+            )
+        tensors[name] = torch.frombuffer(bytearray(data), dtype=torch.float32).reshape(shape)
+    model = CapstoneNet(task.hidden, fused_gelu=True)
+    model.load_state_dict({name.removeprefix("param:"): t for name, t in tensors.items() if name != "losses"})
+    return model, tensors["losses"]
+
+
+def _load_answer(answers: list[list[str]]) -> TrainFn:
+    """The learner's ``fast_train``: ``ANSWER_IMPORTS``, then their answer cells, in a fresh namespace."""
+    namespace: dict = {"__name__": "__main__"}
+    exec(compile(ANSWER_IMPORTS, "<notebook 12's imports>", "exec"), namespace)
+    for grade_id, source in answers:
+        try:
+            code = compile(source, f"<your cell {grade_id}>", "exec")
+        except SyntaxError as error:
+            raise AssertionError(
+                f"your cell {grade_id} is not plain Python ({error.msg}, line {error.lineno}): the grader runs it "
+                "in a plain Python process, where IPython's % and ! lines do not work"
+            ) from None
+        exec(code, namespace)
+    train = namespace.get("fast_train")
+    if not callable(train):
+        raise AssertionError("no fast_train function after running your answer cells")
+    return train
+
+
+def timed_rounds(channel, setup: dict) -> None:
+    """Inside a fresh timed-round process (``grading.sandbox.rounds``): warm up, then train what the grader sends.
+
+    ``setup["role"]`` is ``"baseline"`` (``slow_train``: no learner code ever runs in this
+    process) or ``"answer"`` (the learner's ``fast_train``, loaded by ``_load_answer``).
+    One warm-up run on ``setup["warmup"]``, untimed; then, for each round the grader
+    sends, the task it names (drawn when the round starts): the result goes back through
+    ``result_arrays``, or with ``"diagnose"`` the counters of ``diagnose``.
+    """
+    torch.set_num_threads(1)
+    cpu = torch.device("cpu")
+    train = slow_train if setup["role"] == "baseline" else _load_answer(setup["answers"])
+    warmup = CapstoneTask(**setup["warmup"])
+    result_arrays(train(warmup, cpu), warmup)
+    channel.ready()
+    while (spec := channel.receive()) is not None:
+        task = CapstoneTask(**spec["task"])
+        if spec.get("diagnose"):
+            found = diagnose(train, task, cpu)
+            channel.send({}, summary=found.summary(), mistakes=found.mistakes())
+        else:
+            channel.send(result_arrays(train(task, cpu), task))

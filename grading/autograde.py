@@ -20,7 +20,10 @@ step and using nbgrader's own preprocessors, configured by the course's
    then the autograded notebook, grading notes on top, is written.
 
 A submission already autograded and not newer than its autograded copy is skipped, as
-by ``nbgrader autograde`` without ``--force``. The autograded folder is built aside and
+by ``nbgrader autograde`` without ``--force``. nbgrader's selections are honoured:
+``notebooks`` (``--notebook``, else ``CourseDirectory.notebook_id``) grades only the
+notebooks it matches and keeps the others' autograded files, ``CourseDirectory.student_id_exclude``
+leaves students out; ``Execute.enabled = False`` (``--no-execute``) is refused. The autograded folder is built aside and
 put in place only when the whole submission is graded, so a run that is stopped midway
 leaves its unfinished submissions to be graded by the next one. Problems the instructor
 can fix (nothing released, an unknown assignment, no submissions) raise ``CourseError``
@@ -29,6 +32,7 @@ with the reason. Returns a ``Summary``.
 
 from __future__ import annotations
 
+import fnmatch
 import os
 import shutil
 import time
@@ -39,7 +43,8 @@ from pathlib import Path
 import nbformat
 from nbformat import NotebookNode
 
-from grading.coursedir import Course, CourseError
+from grading.coursedir import Course, CourseError, counted
+from grading.measure import measured_tests
 from grading.sandbox.execute import GRADER_PROBLEM
 from grading.sandbox.protections import Limits, Protections, detect
 from grading.sandbox.worker import WorkerPool
@@ -55,7 +60,16 @@ from grading.sanitize import (
     without_grader_cells,
 )
 
-__all__ = ["Graded", "Submission", "Summary", "autograde", "default_limits", "find_submissions"]
+__all__ = [
+    "Graded",
+    "Submission",
+    "Summary",
+    "autograde",
+    "default_limits",
+    "find_submissions",
+    "notebook_glob",
+    "refuse_no_execute",
+]
 
 
 @dataclass(frozen=True)
@@ -107,8 +121,9 @@ class Summary:
         troubled = sum(1 for g in self.graded if g.notes)
         manual = sum(1 for g in self.graded if g.needs_manual_grade)
         parts = [
-            f"graded {len(self.graded)} submissions, {len(self.errors)} grader errors, {troubled} with notes",
-            f"{manual} need manual grading" if manual else "",
+            f"graded {counted(len(self.graded), 'submission')}, {counted(len(self.errors), 'grader error')}, "
+            f"{troubled} with notes",
+            f"{manual} {'needs' if manual == 1 else 'need'} manual grading" if manual else "",
             f"{len(self.skipped)} already graded (--force regrades them)" if self.skipped else "",
         ]
         return ", ".join(p for p in parts if p) + f", in {self.seconds:.1f} s"
@@ -124,12 +139,43 @@ def default_limits(course: Course, **overrides) -> Limits:
     return Limits(**values)
 
 
+def refuse_no_execute(option: str) -> CourseError:
+    """Why ``course autograde`` refuses nbgrader's ``--no-execute`` rather than ignore it."""
+    return CourseError(
+        f"{option}: nbgrader would then grade the outputs saved in each submission, which a learner can "
+        "write by hand; `course autograde` always runs the notebooks, so it refuses rather than ignore the "
+        "option (plain `nbgrader autograde --no-execute` does it)"
+    )
+
+
+def _excluded(course: Course) -> set[str]:
+    """``CourseDirectory.student_id_exclude``: the comma-separated student ids nbgrader leaves out."""
+    return {student.strip() for student in course.coursedir.student_id_exclude.split(",") if student.strip()}
+
+
+def notebook_glob(course: Course, notebooks: str | None = None) -> str:
+    """Which notebooks to grade: ``notebooks`` (``--notebook``), else ``CourseDirectory.notebook_id``."""
+    return (notebooks if notebooks is not None else course.coursedir.notebook_id).strip() or "*"
+
+
+def _matching(names: list[str], glob: str) -> list[str]:
+    """The notebook names nbgrader's ``--notebook`` glob selects (matched as ``<glob>.ipynb``)."""
+    return [name for name in names if fnmatch.fnmatchcase(f"{name}.ipynb", f"{glob}.ipynb")]
+
+
 def find_submissions(
-    course: Course, assignments: list[str] | None = None, students: list[str] | None = None
+    course: Course,
+    assignments: list[str] | None = None,
+    students: list[str] | None = None,
+    notebooks: str | None = None,
 ) -> tuple[list[Submission], list[str]]:
     """The submissions to grade, and notes on the ones nbgrader would not grade either.
 
-    Raises ``CourseError`` when there is nothing to grade, saying why.
+    Without ``assignments`` or ``students``, the course config's ``CourseDirectory.assignment_id``
+    and ``student_id`` (globs, as nbgrader reads them) choose; ``CourseDirectory.student_id_exclude``
+    leaves students out and ``notebooks`` (a glob, else ``CourseDirectory.notebook_id``) skips
+    submissions with no notebook it matches, as in nbgrader, each with a note. Raises
+    ``CourseError`` when there is nothing to grade, saying why.
     """
     with course.gradebook() as gb:
         known = sorted(a.name for a in gb.assignments)
@@ -138,25 +184,39 @@ def find_submissions(
     unknown = sorted(set(assignments or []) - set(known))
     if unknown:
         raise CourseError(f"no assignment {', '.join(unknown)} in the gradebook (released: {', '.join(known)})")
-    wanted = set(assignments or known)
+    coursedir, excluded, glob = course.coursedir, _excluded(course), notebook_glob(course, notebooks)
+    wanted = set(assignments or fnmatch.filter(known, coursedir.assignment_id or "*"))
+    if not wanted:
+        raise CourseError(
+            f"CourseDirectory.assignment_id {coursedir.assignment_id!r} matches no assignment "
+            f"in the gradebook (released: {', '.join(known)})"
+        )
     found, ignored = [], []
-    for student, assignment, folder in course.submissions():
+    for student, assignment, folder in course.submissions("*", "*" if students else coursedir.student_id or "*"):
         if students and student not in students:
             continue
         if assignment not in known:
             if not assignments:
                 ignored.append(f"{student}/{assignment}: no assignment {assignment!r} in the gradebook")
             continue
-        if assignment in wanted:
+        if assignment not in wanted:
+            continue
+        if student in excluded:
+            ignored.append(f"{student}/{assignment}: excluded by CourseDirectory.student_id_exclude")
+        elif not _matching(Course.notebook_names(folder), glob):
+            ignored.append(f"{student}/{assignment}: no notebook matches --notebook {glob!r}")
+        else:
             found.append(Submission(student, assignment, folder))
     if not found:
         who = f" from {', '.join(students)}" if students else ""
+        why = f"; {'; '.join(ignored)}" if ignored else ""
         raise CourseError(
-            f"no submissions{who} of {', '.join(sorted(wanted))} in {course.submitted} "
+            f"no submissions{who} of {', '.join(sorted(wanted)) or 'any assignment'} to grade in {course.submitted} "
             f"(expected {course.submitted}/<student>/<assignment>/<notebook>.ipynb; `course collect` puts them there)"
+            + why
         )
     if students:
-        missing = sorted(set(students) - {s.student for s in found})
+        missing = sorted(set(students) - {s.student for s in found} - excluded)
         if missing:
             raise CourseError(f"no submissions from {', '.join(missing)} in {course.submitted}")
     return found, ignored
@@ -185,25 +245,71 @@ class _Nbgrader:
         steps = _preprocessors(self.converter.autograde_preprocessors, self.converter)
         # nbgrader runs them in order, Execute among them; ours runs in the sandbox in its place.
         split = next((i for i, p in enumerate(steps) if isinstance(p, Execute)), None)
+        if split is not None and not steps[split].enabled:
+            raise refuse_no_execute("Execute.enabled = False is set in the config (nbgrader's --no-execute)")
         self.before_execute = steps[:split] if split is not None else []
         self.after_execute = steps[split + 1 :] if split is not None else steps
         self.create_student = self.converter.create_student
         self.exclude = self.converter.exclude_overwriting
-        self.permissions = int(str(self.converter.permissions), 8)
 
 
-def _stale(course: Course, sub: Submission) -> bool:
-    """nbgrader's rule without --force: grade when never graded or submitted again since."""
+def _stale(course: Course, sub: Submission, glob: str = "*") -> bool:
+    """nbgrader's rule without --force: grade when never graded or submitted again since.
+
+    With a ``--notebook`` glob, "never graded" means that one of the notebooks it selects
+    has no autograded copy (nbgrader's ``init_destination``).
+    """
     from nbgrader.utils import parse_utc
 
     dest = course.folder("autograded", sub.assignment, sub.student)
     if not dest.exists():
+        return True
+    if glob != "*" and any(not (dest / f"{name}.ipynb").exists() for name in _matching(sub.notebooks, glob)):
         return True
     old, new = dest / "timestamp.txt", sub.timestamp
     try:
         return bool(new and old.is_file() and parse_utc(new) > parse_utc(old.read_text().strip()))
     except (ValueError, OverflowError):
         return True
+
+
+def _mismatch_notes(unknown: list[str], missing: dict[str, float]) -> list[str]:
+    """Notes on notebooks the assignment does not have and on the ones missing (score 0), as nbgrader treats them.
+
+    When both happen (a renamed notebook), the first note says both, since the command
+    prints each submission's first note.
+    """
+    files = ", ".join(f"`{name}.ipynb`" for name in unknown)
+    lost = ", ".join(f"`{name}.ipynb` ({counted(points, 'point')})" for name, points in missing.items())
+    if unknown and missing:
+        hint = ""
+        if len(unknown) == len(missing) == 1:
+            hint = f" If it is `{next(iter(missing))}.ipynb` renamed, rename it back and run autograde with --force."
+        what = "is not a notebook" if len(unknown) == 1 else "are not notebooks"
+        return [
+            f"{files} {what} of this assignment, so not graded; and {lost} "
+            f"{'is' if len(missing) == 1 else 'are'} missing from the submission and "
+            f"score{'s' if len(missing) == 1 else ''} 0 (as in nbgrader).{hint}"
+        ]
+    notes = [f"`{name}.ipynb` is not a notebook of this assignment: not graded (as in nbgrader)." for name in unknown]
+    for name, points in missing.items():
+        notes.append(f"No `{name}.ipynb` in the submission: its {counted(points, 'point')} score 0.")
+    return notes
+
+
+def _move_into(staging: Path, dest: Path) -> None:
+    """Put a graded submission's staging folder in place (merged into ``dest`` when one is left)."""
+    if not dest.exists():
+        staging.rename(dest)
+        return
+    for path in sorted(staging.rglob("*"), key=lambda p: len(p.parts)):
+        target = dest / path.relative_to(staging)
+        if path.is_dir():
+            target.mkdir(exist_ok=True)
+        else:
+            target.unlink(missing_ok=True)
+            path.rename(target)
+    shutil.rmtree(staging)
 
 
 def _copy_files(course: Course, sub: Submission, dest: Path, exclude: dict) -> None:
@@ -228,9 +334,10 @@ def _copy_files(course: Course, sub: Submission, dest: Path, exclude: dict) -> N
 class _Run:
     """One autograde run: the bookkeeping between preparing, executing and recording."""
 
-    def __init__(self, course: Course, summary: Summary):
+    def __init__(self, course: Course, summary: Summary, glob: str = "*"):
         self.course = course
         self.summary = summary
+        self.glob = glob  # the notebooks to grade (nbgrader's --notebook)
         self.nbgrader = _Nbgrader(course)
         self.specs: dict[tuple[str, str], SourceNotebook] = {}
         self.pending: dict[Submission, dict] = {}  # notebooks still out, notes, errors, seconds
@@ -265,8 +372,6 @@ class _Run:
         state = {"left": 0, "notes": [], "error": False, "seconds": 0.0, "left_names": []}
         self.pending[sub] = state
         notes = state["notes"]
-        dest = self.course.folder("autograded", sub.assignment, sub.student)
-        staging = self.staging(sub)
         with self.course.gradebook() as gb:
             try:
                 gb.find_student(sub.student)
@@ -284,24 +389,21 @@ class _Run:
                     notes.append(f"timestamp.txt ({sub.timestamp[:40]!r}) is not a time; the submission has none.")
             gb.update_or_create_submission(sub.assignment, sub.student, **({"timestamp": stamp} if stamp else {}))
             expected = [n.name for n in gb.find_assignment(sub.assignment).notebooks]
-            for folder in (dest, staging):  # gone until this grading completes: a stopped run regrades it
-                if folder.exists():
-                    shutil.rmtree(folder)
-            staging.mkdir(parents=True)
-            _copy_files(self.course, sub, staging, self.nbgrader.exclude)
             submitted = sub.notebooks
-            for name in sorted(set(submitted) - set(expected)):
-                notes.append(f"`{name}.ipynb` is not a notebook of this assignment: not graded (as in nbgrader).")
+            selected = _matching(submitted, self.glob)
+            self.lay_out(sub, selected)
+            missing = {}
             for name in expected:
                 if name not in submitted:
                     record = gb.find_submission_notebook(name, sub.assignment, sub.student)
                     for grade in record.grades:
                         grade.auto_score, grade.needs_manual_grade = 0, False
                     gb.db.commit()
-                    notes.append(f"No `{name}.ipynb` in the submission: its {record.max_score:g} points score 0.")
+                    missing[name] = float(record.max_score)
+            notes += _mismatch_notes(sorted(set(selected) - set(expected)), missing)
         prepared = []
         for name in expected:
-            if name not in submitted:
+            if name not in selected:
                 continue
             data = (sub.folder / f"{name}.ipynb").read_bytes()
             spec = self.spec(sub.assignment, name)
@@ -316,10 +418,24 @@ class _Run:
                 item = Prepared(stand_in(spec, "not graded"), [problem], False)
                 state["error"] = True
             prepared.append((name, item))
-        state["left"] = len(prepared)
-        if sub.timestamp:
-            (staging / "timestamp.txt").write_text(sub.timestamp + "\n", encoding="utf-8")
+        state["left"] = len(prepared)  # timestamp.txt came with the submission's files, byte for byte
         return prepared
+
+    def lay_out(self, sub: Submission, selected: list[str]) -> None:
+        """An empty staging folder with the submission's and the source's other files.
+
+        The autograded notebooks about to be graded are removed first (the whole autograded
+        folder when every notebook is), so that a run stopped midway leaves them to the next.
+        """
+        dest, staging = self.course.folder("autograded", sub.assignment, sub.student), self.staging(sub)
+        if staging.exists():
+            shutil.rmtree(staging)
+        if self.glob == "*" and dest.exists():
+            shutil.rmtree(dest)
+        for name in selected if self.glob != "*" else ():  # nbgrader's "Removing existing notebook"
+            (dest / f"{name}.ipynb").unlink(missing_ok=True)
+        staging.mkdir(parents=True)
+        _copy_files(self.course, sub, staging, self.nbgrader.exclude)
 
     def staging(self, sub: Submission) -> Path:
         """Where a submission's autograded folder is built; renamed into place when all of it is graded.
@@ -342,7 +458,7 @@ class _Run:
         except Exception as error:  # the grades of this notebook may be incomplete: say so
             notes = [*notes, f"{GRADER_PROBLEM}: recording the grades failed ({type(error).__name__}: {error})."]
         if notes:
-            nb.cells.insert(0, notes_cell(notes))
+            nb.cells.insert(0, notes_cell(notes, nb))
         nbformat.write(nb, self.staging(sub) / f"{notebook}.ipynb")
         several = len(state["left_names"]) > 1
         state["notes"] += [f"{notebook}.ipynb: {note}" if several else note for note in notes]
@@ -357,10 +473,9 @@ class _Run:
         state = self.pending.pop(sub)
         dest, staging = self.course.folder("autograded", sub.assignment, sub.student), self.staging(sub)
         if staging.is_dir():
-            staging.rename(dest)
-        for path in dest.rglob("*") if dest.is_dir() else ():
-            if path.is_file():
-                path.chmod(self.nbgrader.permissions)
+            _move_into(staging, dest)
+        if dest.is_dir():  # nbgrader's own: files 444 (664 groupshared), folders 2770 added when groupshared
+            self.nbgrader.converter.set_permissions(sub.assignment, sub.student)
         graded = Graded(sub, 0.0, 0.0, list(dict.fromkeys(state["notes"])), state["error"], state["seconds"])
         with self.course.gradebook() as gb:
             try:
@@ -385,37 +500,43 @@ def autograde(
     force: bool = True,
     progress: bool = True,
     pool: WorkerPool | None = None,
+    notebooks: str | None = None,
 ) -> Summary:
     """Grade every matching submission; see the module docstring.
 
     ``pool`` is a started ``WorkerPool`` to use (the command starts one before importing
     this module, so that the workers get ready meanwhile); by default one of ``jobs``
-    workers is started first thing.
+    workers is started first thing. ``notebooks`` is nbgrader's ``--notebook`` glob
+    (default: the config's ``CourseDirectory.notebook_id``, ``*``): only the notebooks it
+    matches are graded and written; the others' autograded files stay.
     """
     from sqlalchemy.exc import SAWarning
 
+    selection = (assignments, students, notebooks, force)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", SAWarning)  # nbgrader's gradebook warns about its own session use
         if pool is not None:
-            return _autograde(course, pool, limits, assignments, students, force, progress)
+            return _autograde(course, pool, limits, selection, progress)
         protections = protections or detect()
         hide = [p for p in (course.root, course.notebooks) if p is not None]
         with WorkerPool(jobs, protections, Limits(), hide) as started:  # the workers get ready meanwhile
-            return _autograde(course, started, limits, assignments, students, force, progress)
+            return _autograde(course, started, limits, selection, progress)
 
 
-def _autograde(course, pool, limits, assignments, students, force, progress) -> Summary:
+def _autograde(course, pool, limits, selection, progress) -> Summary:
     started = time.monotonic()
-    submissions, ignored = find_submissions(course, assignments, students)
+    assignments, students, notebooks, force = selection
+    submissions, ignored = find_submissions(course, assignments, students, notebooks)
+    glob = notebook_glob(course, notebooks)
     limits = limits or default_limits(course)
     threads = max(1, _cores() // pool.jobs)  # one kernel thread per core is enough: the workers use the cores
     pool.limits = Limits(**{**limits.to_dict(), "threads": threads})
     summary = Summary(protections=pool.protections, ignored=ignored)
-    todo = [s for s in submissions if force or _stale(course, s)]
+    todo = [s for s in submissions if force or _stale(course, s, glob)]
     summary.skipped = [s for s in submissions if s not in todo]
-    run = _Run(course, summary)
+    run = _Run(course, summary, glob)
     jobs_of: dict[str, tuple[Submission, str, Prepared]] = {}
-    bar = _progress(sum(len(s.notebooks) for s in todo), progress)
+    bar = _progress(sum(len(_matching(s.notebooks, glob)) for s in todo), progress)
     for sub in todo:  # the workers run the first notebooks while the next submissions are prepared
         prepared = run.start(sub)
         run.pending[sub]["left_names"] = [name for name, _ in prepared]
@@ -423,7 +544,10 @@ def _autograde(course, pool, limits, assignments, students, force, progress) -> 
             if item.runnable:
                 key = str(len(jobs_of))
                 jobs_of[key] = (sub, name, item)
-                pool.submit(key, {"nb": with_grader_cells(item.nb), "files": str(run.staging(sub))})
+                measured, problems = measured_tests(item.nb, course.root)  # test cells from the gradebook
+                item.notes += problems
+                job = {"nb": with_grader_cells(item.nb), "files": str(run.staging(sub)), "measured": measured}
+                pool.submit(key, job)
             else:
                 run.finish(sub, name, item.nb, item.notes, 0.0)
                 bar.update(1)

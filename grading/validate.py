@@ -22,12 +22,14 @@ plain data (a stable interface for editor integrations such as a Validate button
 
 from __future__ import annotations
 
+import re
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import nbformat
 
-from grading.coursedir import Course
+from grading.coursedir import Course, counted
+from grading.measure import measured_tests
 from grading.sandbox.execute import GRADER_PROBLEM
 from grading.sandbox.protections import Limits, Protections, detect
 from grading.sandbox.worker import WorkerPool
@@ -111,7 +113,7 @@ class Validation:
             lines.append(f"{label}  {cell.grade_id} ({cell.points:g} pt){detail}")
         lines += [f"note: {note}" for note in self.notes]
         manual = sum(c.points for c in self.cells if c.kind != "test")
-        by_hand = f"; {manual:g} points are graded by hand" if manual else ""
+        by_hand = f"; {counted(manual, 'point')} {'is' if manual == 1 else 'are'} graded by hand" if manual else ""
         later = f"hidden tests add more at grading time{by_hand}"
         lines.append(f"visible tests: {self.score:g} / {self.max_score:g} points ({later})")
         return "\n".join(lines)
@@ -155,6 +157,11 @@ def validate(
     protections = protections or detect()
     hide = [course.root] if course else []
     job = {"nb": with_grader_cells(prepared.nb), "files": str(path.parent)}
+    measured: set[str] = set()
+    if release is not None:  # measured tests only from the release's test cells, never from the learner's file
+        job["measured"], problems = measured_tests(prepared.nb, course.root if course else None)
+        measured = {m["grade_id"] for m in job["measured"]}
+        result.notes += problems
     [(_, outcome)] = list(WorkerPool(1, protections, limits or Limits(), hide).run([("nb", job)]))
     if "error" in outcome:
         result.notes.append(f"Grader error: {outcome['error']}")
@@ -176,10 +183,32 @@ def validate(
             kind = "written answer" if cell.cell_type == "markdown" else "code answer"
             result.cells.append(CellVerdict(grade_id, kind, points, "unanswered" if score == 0 else "answered"))
             continue
-        errors = [f"{o.get('ename')}: {o.get('evalue')}" for o in cell.outputs if o.get("output_type") == "error"]
-        if not errors and score != points:
+        errors = [error_line(o) for o in cell.outputs if o.get("output_type") == "error"]
+        if grade_id in measured and not errors:
+            report = "".join(o.get("text", "") for o in cell.outputs if o.get("output_type") == "stream").strip()
+            errors = [f"{score:g} of {points:g} points, measured outside the notebook:\n{report}"]
+        elif not errors and score != points:
             stderr = any(o.get("output_type") == "stream" and o.get("name") == "stderr" for o in cell.outputs)
             errors = ["the test wrote to stderr (any stderr output fails a test)" if stderr else "partial credit"]
         status = "pass" if score == points else "fail"
-        result.cells.append(CellVerdict(grade_id, "test", points, status, "; ".join(errors)[:300]))
+        result.cells.append(CellVerdict(grade_id, "test", points, status, "; ".join(errors)))
     return result
+
+
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+_FAILING_LINE = re.compile(r"^-+> *\d+ (.*)$")
+
+
+def error_line(output: dict) -> str:
+    """``ename: the whole first line of the message``; for an error without a message, the line that raised it.
+
+    A bare ``assert x == 2`` raises ``AssertionError`` with an empty message: the learner
+    then needs the line (IPython's traceback marks it with ``---->``).
+    """
+    ename = str(output.get("ename", "Error"))
+    lines = str(output.get("evalue", "")).strip().splitlines()
+    if lines:
+        return f"{ename}: {lines[0]}"
+    marked = [m[1].strip() for line in output.get("traceback", []) for part in _ANSI.sub("", str(line)).splitlines()
+              if (m := _FAILING_LINE.match(part.strip()))]  # fmt: skip
+    return f"{ename} at `{marked[-1]}`" if marked else f"{ename} (raised without a message)"

@@ -229,11 +229,13 @@ def test_measuring_stops_only_when_the_tier_of_the_median_is_certain(ratios, dec
 
 
 def recording(name, log, results):
-    """A training function that logs its call and returns the (precomputed) right result."""
+    """A training function that logs the task of each call and returns the right result (computed once per task)."""
 
     def train(task, device):
-        log.append((name, task.seed))
-        return results[task.seed]
+        log.append((name, task))
+        if task not in results:
+            results[task] = slow_train(task)
+        return results[task]
 
     train.__name__ = name
     return train
@@ -253,7 +255,7 @@ def scripted_clock(monkeypatch):
 
 @pytest.fixture(scope="module")
 def small_results():
-    return {seed: slow_train(replace(SMALL, seed=seed)) for seed in range(1, 6)}
+    return {}  # task -> slow_train(task), filled as the rounds draw their tasks
 
 
 def test_measure_speedup_pairs_rounds_with_fresh_seeds_and_alternating_order(small_results, scripted_clock):
@@ -261,9 +263,12 @@ def test_measure_speedup_pairs_rounds_with_fresh_seeds_and_alternating_order(sma
     log = []
     fast, base = recording("fast", log, small_results), recording("base", log, small_results)
     speedup = measure_speedup(fast, SMALL, rounds=4, baseline=base)
-    assert log == [
-        ("base", 1), ("fast", 1), ("fast", 2), ("base", 2), ("base", 3), ("fast", 3), ("fast", 4), ("base", 4)
-    ]  # fmt: skip
+    assert [name for name, _ in log] == ["base", "fast", "fast", "base", "base", "fast", "fast", "base"]
+    tasks = [task for _, task in log]
+    assert all(tasks[2 * r] == tasks[2 * r + 1] for r in range(4))  # both sides of a round train one task
+    drawn = tasks[::2]
+    assert len({(t.seed, t.data_seed) for t in drawn}) == 4  # each round its own seed and data
+    assert all(t.data_seed is not None and replace(t, seed=0, data_seed=None) == SMALL for t in drawn)
     assert speedup.ratios == (4.0,) * 4 and speedup.ratio == 4.0
     assert "speedup 4.0x (median of 4 rounds" in str(speedup)
 
@@ -280,10 +285,12 @@ def test_measure_speedup_stops_early_once_decided(small_results, scripted_clock,
 
 def test_measure_speedup_catches_a_run_that_reuses_an_earlier_result(small_results, scripted_clock):
     scripted_clock.update(base=1.0, cheat=0.01)
-    first = small_results[1]
+    kept = []
 
-    def cheat(task, device):
-        return first
+    def cheat(task, device):  # trains once, then hands back that run
+        if not kept:
+            kept.append(slow_train(task))
+        return kept[0]
 
     with pytest.raises(AssertionError, match="round 2"):
         measure_speedup(cheat, SMALL, rounds=3, baseline=recording("base", [], small_results))
@@ -448,3 +455,62 @@ def test_the_notebook_states_the_grading_constants():
     assert "| speedup at least | " + " | ".join(f"{t:g}x" for t, _ in SPEED_TIERS) + " |" in prose
     assert "| points | " + " | ".join(str(p) for _, p in SPEED_TIERS) + " |" in prose
     assert f"Correctness** ({CORRECTNESS_POINTS} points" in prose and f"({MAX_POINTS} points)" in prose
+
+
+def _imported_names(source: str) -> set[str]:
+    import ast
+
+    lines = [line.replace("%pip", "pass  #") for line in source.splitlines()]  # the Colab %pip line
+    names = set()
+    for node in ast.walk(ast.parse("\n".join(lines))):
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            names |= {alias.asname or alias.name.split(".")[0] for alias in node.names}
+    return names
+
+
+def test_a_timed_round_process_has_the_names_the_notebooks_setup_cell_imports():
+    """The grader runs a learner's answers after ANSWER_IMPORTS, in place of the notebook's setup cell."""
+    import json
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "notebooks" / "12_make_this_training_loop_fast.ipynb"
+    setup = next("".join(c["source"]) for c in json.loads(path.read_text())["cells"] if c["cell_type"] == "code")
+    assert _imported_names(setup) - {"sys"} == _imported_names(capstone.ANSWER_IMPORTS)
+
+
+def test_a_result_crosses_to_the_grader_as_checked_float32_arrays():
+    model, losses = fast_train(SMALL, "cpu")
+    arrays = capstone.result_arrays((model, losses), SMALL)
+    assert {name for name in arrays} == {f"param:{n}" for n, _ in model.named_parameters()} | {"losses"}
+    back_model, back_losses = capstone.result_from_arrays(arrays, SMALL)
+    check_same_training((back_model, back_losses), (model, losses), SMALL)
+    short = {**arrays, "losses": ("float32", (SMALL.steps - 1,), arrays["losses"][2][:-4])}
+    with pytest.raises(AssertionError, match="losses should have shape"):
+        capstone.result_from_arrays(short, SMALL)
+    with pytest.raises(AssertionError, match=r"plain torch\.Tensor"):
+        capstone.result_arrays((model, losses.as_subclass(_Subclass)), SMALL)
+
+
+class _Subclass(torch.Tensor):
+    pass
+
+
+def test_watch_autocast_sees_regions_backward_and_steps_and_puts_everything_back():
+    from torch.amp.autocast_mode import autocast
+
+    model = make_model(SMALL)
+    optimizer = torch.optim.Adam(model.parameters())
+    enter, backward = autocast.__enter__, torch.autograd.backward
+    with capstone.watch_autocast() as use:
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            loss = model(torch.randn(4, 64)).sum()
+            loss.backward()
+        optimizer.step()
+    assert use.regions == [("cpu", torch.bfloat16, True)]
+    assert use.backward_under_autocast == [True] and use.step_under_autocast == [False]
+    assert autocast.__enter__ is enter and torch.autograd.backward is backward
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        with capstone.watch_autocast() as use, torch.autocast(capstone.as_if_on_cuda(torch.ones(1)).device.type):
+            pass
+    assert [device for device, _, _ in use.regions] == ["cuda"]

@@ -163,6 +163,57 @@ def drop_profiler_chatter(nb: NotebookNode) -> None:
         cell.outputs = kept
 
 
+def _size(count: int) -> str:
+    return f"{count / (1 << 30):g} GiB" if count >= 1 << 30 else f"{count / (1 << 20):g} MiB"
+
+
+def _limit_signatures(limits: Limits) -> list[tuple[re.Pattern, str]]:
+    """Error texts that a sandbox limit causes, and the limit in plain words."""
+    return [
+        (
+            re.compile(r"No space left on device|\[Errno 28\]"),
+            f"the sandbox's temporary disk is full: a notebook and the files it writes (its TMPDIR, "
+            f"torch.compile's C++ builds included) get {_size(limits.disk_bytes)} in all",
+        ),
+        (
+            re.compile(r"File too large|File size limit exceeded|\[Errno 27\]"),
+            f"a file reached the sandbox's limit of {_size(limits.file_bytes)}",
+        ),
+        (
+            re.compile(r"MemoryError|Cannot allocate memory|\[Errno 12\]|bad_alloc|can't allocate memory"),
+            f"the sandbox's memory limit was reached ({_size(limits.memory_bytes)} of address space)",
+        ),
+        (
+            re.compile(r"can't start new thread|\[Errno 11\] Resource temporarily unavailable"),
+            f"the sandbox's limit of {limits.processes} processes and threads was reached",
+        ),
+        (
+            re.compile(r"Network is unreachable|Temporary failure in name resolution|Name or service not known"),
+            "the grading sandbox has no network (only the loopback interface)",
+        ),
+    ]
+
+
+def explain_limits(nb: NotebookNode, limits: Limits, notes: list[str]) -> None:
+    """Say in plain words when an error comes from a sandbox limit (which limit, how much).
+
+    The explanation goes at the end of the error message's first line, the line that
+    ``course validate`` and the feedback show, and into the notes.
+    """
+    signatures = _limit_signatures(limits)
+    for index, cell in enumerate(nb.cells):
+        for output in cell.get("outputs", []) if cell.get("cell_type") == "code" else []:
+            if output.get("output_type") != "error":
+                continue
+            text = f"{output.get('ename', '')}: {output.get('evalue', '')}\n" + "\n".join(output.get("traceback", []))
+            why = next((words for pattern, words in signatures if pattern.search(text)), None)
+            if why is None or "[grading sandbox:" in str(output.get("evalue", "")):
+                continue
+            first, newline, rest = str(output.get("evalue", "")).partition("\n")
+            output["evalue"] = f"{first} [grading sandbox: {why}]{newline}{rest}"
+            notes.append(f"{_label(nb, index)}: {why}.")
+
+
 def _fail(cell: NotebookNode, ename: str, message: str) -> None:
     cell.outputs = [o for o in cell.get("outputs", []) if o.get("output_type") != "error"]
     cell.outputs.append(new_output("error", ename=ename, evalue=message, traceback=[f"{ename}: {message}"]))
@@ -195,14 +246,17 @@ def execute(
     limits: Limits,
     notes: list[str],
     token: str | None = None,
+    skip: frozenset[int] = frozenset(),
 ) -> NotebookNode:
     """Run ``nb`` (with grader cells) in place; append what went wrong to ``notes``.
 
     ``token`` is the secret each new kernel finds in ``guard.TOKEN_FILE``: every guard cell
-    must answer with its ``guard.digest``.
+    must answer with its ``guard.digest``. The cells at the indices in ``skip`` (measured
+    tests, which the grader decides outside the kernel) are not run.
     """
-    _run(nb, new_kernel, limits, notes, token)
+    _run(nb, new_kernel, limits, notes, token, skip)
     drop_profiler_chatter(nb)
+    explain_limits(nb, limits, notes)
     for index, cell in enumerate(nb.cells):
         for output in cell.get("outputs", []) if is_test(cell) else []:
             if output.get("ename") == "GradingIntegrityError" and str(output.get("evalue", "")).startswith("the test"):
@@ -224,9 +278,10 @@ def _run(
     limits: Limits,
     notes: list[str],
     token: str | None,
+    skip: frozenset[int] = frozenset(),
 ) -> NotebookNode:
     deadline = time.monotonic() + limits.notebook_timeout
-    code = [i for i, c in enumerate(nb.cells) if c.cell_type == "code" and c.source.strip()]
+    code = [i for i, c in enumerate(nb.cells) if c.cell_type == "code" and c.source.strip() and i not in skip]
     history: list[int] = []
     position, restarts = 0, 0
 

@@ -5,14 +5,20 @@ path through the package, so that it starts in milliseconds without importing to
 only uses the standard library. ``sandbox.jail_argv`` puts it behind ``unshare`` when the
 machine allows, so it runs as root of fresh network, mount and PID namespaces; it then:
 
-1. makes the interpreter reachable for the grading user (see ``_expose``), hides the
-   course directories (gradebook, ``source/``, submissions) under empty read-only
-   tmpfs mounts, gives ``/var/tmp``, ``/dev/shm`` and ``/run/lock`` small private tmpfs,
-   and brings up the loopback interface of its own network namespace (nothing else);
-2. hands the kernel's connection file and working directory to the grading user;
+1. makes the interpreter reachable for the grading user (see ``_expose``), makes the
+   Python environment and the course's packages read-only (``_read_only``: at the
+   ``userns`` level the kernel runs as you, and could otherwise plant a ``.pth`` file that
+   every later Python process of yours would run), hides the course directories
+   (gradebook, ``source/``, submissions) under empty read-only tmpfs mounts, gives
+   ``/var/tmp``, ``/dev/shm`` and ``/run/lock`` small private tmpfs, and brings up the
+   loopback interface of its own network namespace (nothing else);
+2. hands the kernel's connection file (if any) and working directory to the grading user;
 3. sets resource limits (address space, processes, file size, CPU time, no core dumps);
-4. drops to the grading user (when root), forbids gaining privileges (``no_new_privs``),
-   asks to be killed with its parent, and execs the kernel with a clean environment.
+4. with ``cpu`` set (timed rounds of a measured test), pins the process to that CPU and
+   installs a seccomp filter that refuses ``sched_setaffinity``, so neither it nor any
+   thread or process it starts can use another core (``_pin``);
+5. drops to the grading user (when root), forbids gaining privileges (``no_new_privs``),
+   asks to be killed with its parent, and execs the command with a clean environment.
 
 Any step that the machine does not allow is skipped only if the config says so; otherwise
 the jail exits with status 97 and a message on stderr, so a missing protection is never
@@ -24,8 +30,10 @@ from __future__ import annotations
 import ctypes
 import json
 import os
+import platform
 import resource
 import signal
+import struct
 import sys
 
 _PR_SET_PDEATHSIG = 1
@@ -34,7 +42,10 @@ _MS_RDONLY = 1
 _MS_NOSUID = 2
 _MS_NODEV = 4
 _MS_BIND = 4096
+_MS_REMOUNT = 32
 _MS_REC = 16384
+_PR_SET_SECCOMP = 22
+_SECCOMP_MODE_FILTER = 2
 
 
 def _libc() -> ctypes.CDLL:
@@ -75,6 +86,60 @@ def _expose(libc: ctypes.CDLL, paths: list[str]) -> None:
             os.close(fd)
 
 
+def _read_only(libc: ctypes.CDLL, paths: list[str]) -> None:
+    """Bind each of ``paths`` onto itself and remount the binding read-only (this mount namespace only).
+
+    The flags a user namespace may not drop (``nosuid``, ``nodev``, ``noexec``, ...) are
+    kept, as the kernel requires of a remount there.
+    """
+    keep = {1: 1, 2: 2, 4: 4, 8: 8, 1024: 1024, 2048: 2048, 4096: 1 << 21}  # ST_* -> MS_*
+    for path in sorted({os.path.realpath(p) for p in paths}, key=len):
+        if not os.path.isdir(path):
+            continue
+        if libc.mount(path.encode(), path.encode(), None, _MS_BIND | _MS_REC, None) != 0:
+            errno = ctypes.get_errno()
+            raise OSError(errno, f"bind {path}: {os.strerror(errno)}")
+        present = os.statvfs(path).f_flag
+        flags = _MS_BIND | _MS_REMOUNT | _MS_RDONLY | sum(ms for st, ms in keep.items() if present & st)
+        if libc.mount(None, path.encode(), None, flags, None) != 0:
+            errno = ctypes.get_errno()
+            raise OSError(errno, f"make {path} read-only: {os.strerror(errno)}")
+
+
+# seccomp: the audit architecture and the number of sched_setaffinity, per machine
+_SECCOMP_ARCH = {"x86_64": (0xC000003E, 203), "aarch64": (0xC00000B7, 122)}
+
+
+def _pin(libc: ctypes.CDLL, cpu: int) -> None:
+    """Run on ``cpu`` only, for good: ``sched_setaffinity`` fails with EPERM from now on, here and in every child.
+
+    A seccomp filter is inherited by every thread and process and cannot be removed; it
+    needs ``no_new_privs`` (set before) when the process is not privileged.
+    """
+    os.sched_setaffinity(0, {cpu})
+    arch, setaffinity = _SECCOMP_ARCH[platform.machine()]
+    ld_w_abs, jeq, jge, ret = 0x20, 0x15, 0x35, 0x06
+    allow, eperm, kill = 0x7FFF0000, 0x00050000 | 1, 0x80000000
+    program = [
+        (ld_w_abs, 0, 0, 4),  # A = seccomp_data.arch
+        (jeq, 1, 0, arch),
+        (ret, 0, 0, kill),  # another ABI (32-bit compat): not allowed here
+        (ld_w_abs, 0, 0, 0),  # A = seccomp_data.nr
+        (jge, 2, 0, 0x40000000),  # x32 ABI numbers: refused
+        (jeq, 1, 0, setaffinity),
+        (ret, 0, 0, allow),
+        (ret, 0, 0, eperm),
+    ]
+    filters = b"".join(struct.pack("HBBI", *instruction) for instruction in program)
+    buffer = ctypes.create_string_buffer(filters)
+    fprog = struct.pack("HxxxxxxP" if struct.calcsize("P") == 8 else "HxxP", len(program), ctypes.addressof(buffer))
+    fprog_buffer = ctypes.create_string_buffer(fprog)
+    address = ctypes.c_void_p(ctypes.addressof(fprog_buffer))  # a pointer, not a C int
+    if libc.prctl(_PR_SET_SECCOMP, _SECCOMP_MODE_FILTER, address, 0, 0) != 0:
+        errno = ctypes.get_errno()
+        raise OSError(errno, f"seccomp filter: {os.strerror(errno)}")
+
+
 def _loopback_up() -> None:
     """Bring up ``lo`` in the fresh network namespace (it starts down): local servers such as
     torch.distributed's rendezvous work, and still nothing outside the namespace is reachable."""
@@ -104,6 +169,7 @@ def main(argv: list[str]) -> None:
         try:
             if config["uid"] is not None:
                 _expose(libc, config["expose"])
+            _read_only(libc, config["expose"])
             for path in config["hide"]:
                 if os.path.isdir(path):
                     _mount_tmpfs(libc, path, "size=4k,mode=0755", readonly=True)
@@ -116,8 +182,9 @@ def main(argv: list[str]) -> None:
 
     uid, gid = config["uid"], config["gid"]
     if uid is not None:
-        for path in (config["workdir"], config["connection_file"]):
-            os.chown(path, uid, gid)
+        for path in (config["workdir"], config.get("connection_file")):
+            if path:
+                os.chown(path, uid, gid)
 
     limits = {
         resource.RLIMIT_AS: config["memory_bytes"],
@@ -146,6 +213,11 @@ def main(argv: list[str]) -> None:
     libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
     if libc.prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
         _fail("cannot set no_new_privs")
+    if config.get("cpu") is not None:
+        try:
+            _pin(libc, config["cpu"])
+        except (OSError, KeyError) as error:
+            _fail(f"cannot pin the process to CPU {config['cpu']}: {error}")
 
     os.chdir(config["workdir"])
     os.execve(kernel[0], kernel, config["env"])

@@ -62,11 +62,12 @@ class Limits:
     notebook_timeout: float = 600.0
     memory_bytes: int = 6 * GiB  # address space: importing torch alone maps about 1 GB
     processes: int = 256  # processes and threads of the grading user (torch starts one per core)
-    file_bytes: int = 64 * MiB
-    disk_bytes: int = 512 * MiB  # size of the worker's private tmpfs (root level only)
+    file_bytes: int = 256 * MiB  # torch.compile's precompiled C++ header alone is ~150 MB
+    disk_bytes: int = 1 * GiB  # the worker's private tmpfs (root level); a torch.compile C++ build takes ~150 MB
     output_bytes: int = 200_000  # kept per cell; the rest is replaced by a note
     restarts: int = 3  # kernel restarts per notebook after a crash or a timeout
     threads: int = 1  # OMP/MKL threads per kernel (cores / jobs)
+    measure_timeout: float = 600.0  # seconds for all the timed rounds of a notebook's measured tests
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -235,6 +236,7 @@ def kernel_env(workdir: Path, limits: Limits) -> dict[str, str]:
         "USER": "student",
         "LOGNAME": "student",
         "LANG": "C.UTF-8",
+        "TMPDIR": str(workdir),  # tempfile, and torch.compile's cache (Inductor), write here: the sandbox's disk
         "IPYTHONDIR": str(workdir / ".ipython"),
         "MPLCONFIGDIR": str(workdir / ".matplotlib"),
         "MPLBACKEND": "agg",
@@ -252,11 +254,17 @@ def jail_argv(
     limits: Limits,
     *,
     workdir: Path,
-    connection_file: Path,
+    connection_file: Path | None,
     hide: list[Path],
     slot: int,
+    cpu: int | None = None,
+    env: dict[str, str] | None = None,
 ) -> list[str]:
-    """The command prefix that starts a kernel inside the jail (the kernel argv follows ``--``)."""
+    """The command prefix that starts a kernel inside the jail (the kernel argv follows ``--``).
+
+    ``cpu`` pins the process and everything it starts to one CPU for good (timed rounds of a
+    measured test); ``env`` adds to ``kernel_env``.
+    """
     root = protections.level == "root"
     config = {
         "mounts": protections.namespaces,
@@ -265,14 +273,15 @@ def jail_argv(
         "uid": GRADING_UID_BASE + slot if root else None,
         "gid": GRADING_UID_BASE + slot if root else None,
         "workdir": str(workdir),
-        "connection_file": str(connection_file),
+        "connection_file": str(connection_file) if connection_file else None,
+        "cpu": cpu,
         "memory_bytes": limits.memory_bytes,
         "file_bytes": limits.file_bytes,
         # a backstop only: the notebook deadline is enforced from outside
         "cpu_seconds": int(limits.notebook_timeout * 2 + 30),
         # without a user of its own the count would include the instructor's processes
         "processes": limits.processes if root else 0,
-        "env": kernel_env(workdir, limits),
+        "env": {**kernel_env(workdir, limits), **(env or {})},
     }
     prefix = []
     if protections.level == "root":

@@ -110,15 +110,27 @@ def _open_folder(path: str | None, unmount_tmp: bool) -> int | None:
         return None
 
 
-def _kill_user(uid: int) -> None:
-    """Kill whatever still runs as this slot's grading user (nothing else ever does)."""
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                if os.stat(f"/proc/{entry}").st_uid == uid:
-                    os.kill(int(entry), 9)
-            except OSError:
-                pass
+def _kill_user(uid: int, wait: float = 5.0) -> None:
+    """Kill whatever still runs as this slot's grading user (nothing else ever does), and wait until it is gone.
+
+    Killed processes linger until the kernel has torn them down; the wait (up to ``wait``
+    seconds, killing again what appears meanwhile) makes "gone" true before the next step,
+    a timed round above all.
+    """
+    deadline = time.monotonic() + wait
+    while True:
+        left = []
+        for entry in os.listdir("/proc"):
+            if entry.isdigit():
+                try:
+                    if os.stat(f"/proc/{entry}").st_uid == uid:
+                        os.kill(int(entry), 9)
+                        left.append(entry)
+                except OSError:
+                    pass
+        if not left or time.monotonic() > deadline:
+            return
+        time.sleep(0.02)
 
 
 _MAX_FILES = 10_000  # files copied into one kernel's working directory at most
@@ -162,7 +174,8 @@ def run_job(job: dict) -> dict:
     """Execute one notebook (called inside a worker)."""
     import nbformat  # here, not at the top: the pool's side starts workers without importing nbformat
 
-    from grading.sandbox.execute import GRADER_PROBLEM, JailedKernelManager, execute
+    from grading.sandbox.execute import GRADER_PROBLEM, JailedKernelManager, execute, explain_limits
+    from grading.sanitize import is_test
 
     started = time.monotonic()
     limits = Limits(**job["limits"])
@@ -210,13 +223,53 @@ def run_job(job: dict) -> dict:
         km.configure(jail, workdir, base / "kernel.log")
         return km
 
+    measured = job.get("measured") or []
+    wanted = {m["grade_id"] for m in measured}
+    skip = frozenset(i for i, cell in enumerate(nb.cells) if is_test(cell) and _grade_id(cell) in wanted)
     try:
-        execute(nb, new_kernel, limits, notes, token)
+        execute(nb, new_kernel, limits, notes, token, skip)
+        if protections.level == "root":
+            _kill_user(GRADING_UID_BASE + job["slot"])  # nothing of the kernel's may run during the timed rounds
+        if measured:
+            _measure(nb, measured, job, limits, protections, base, notes)
+            explain_limits(nb, limits, notes)  # a measured run can hit a limit too
     finally:
         if protections.level == "root":
             _kill_user(GRADING_UID_BASE + job["slot"])
         shutil.rmtree(base, ignore_errors=True)
     return {"nb": nb, "notes": notes, "seconds": time.monotonic() - started, "private_tmp": bool(private)}
+
+
+def _grade_id(cell) -> str | None:
+    return cell.get("metadata", {}).get("nbgrader", {}).get("grade_id")
+
+
+def _measure(
+    nb, measured: list[dict], job: dict, limits: Limits, protections: Protections, base: Path, notes: list[str]
+) -> None:
+    """Decide each measured test outside the kernel (``grading.measure``); every one gets outputs."""
+    from grading.measure import Rounds, answers_of, apply_verdict, run_referee
+    from grading.sandbox.execute import GRADER_PROBLEM
+    from grading.sandbox.rounds import starter
+    from grading.sanitize import is_test
+
+    start = starter(protections, limits, [Path(p) for p in job["hide"]], job["slot"], base)
+    deadline = time.monotonic() + limits.measure_timeout
+    cells = {_grade_id(cell): cell for cell in nb.cells if is_test(cell)}
+    for spec in measured:
+        cell = cells.get(spec["grade_id"])
+        if cell is None:
+            continue
+        try:
+            if spec.get("source") is None:
+                raise FileNotFoundError(f"{spec['referee']}.py is not beside the course's nbgrader_config.py")
+            outcome = run_referee(spec, Rounds(answers_of(nb, spec["answers"]), start, deadline))
+        except Exception as error:  # the referee's own failure: the learner gains no points from it
+            outcome = AssertionError(
+                f"{GRADER_PROBLEM}: the referee of this test failed ({type(error).__name__}: {error})"
+            )
+            notes.append(f"{GRADER_PROBLEM}: measuring `{spec['grade_id']}` failed ({type(error).__name__}: {error}).")
+        apply_verdict(cell, outcome)
 
 
 def serve() -> None:
@@ -300,7 +353,7 @@ class WorkerPool:
             os.unlink(self._log.name)
 
     def submit(self, task_id: str, task: dict) -> None:
-        """Queue a job: ``{"nb": notebook dict, "files": folder or None}``."""
+        """Queue a job: ``{"nb": notebook dict, "files": folder or None, "measured": grading.measure jobs}``."""
         self._submitted += 1
         self._todo.put((task_id, task))
 
@@ -333,6 +386,7 @@ class WorkerPool:
                 job = {
                     "nb": task["nb"],
                     "files": task.get("files"),
+                    "measured": task.get("measured") or [],
                     "slot": slot,
                     "limits": self.limits.to_dict(),
                     "level": self.protections.level,

@@ -1,0 +1,316 @@
+"""Timed rounds of a measured test: fresh jailed processes, timed by the grader's own clock.
+
+Contract, grader side: ``RoundProcess.start(...)`` starts ``python -I -m
+grading.sandbox.rounds`` in a fresh jail (own PID, mount and network namespaces, a fresh
+working directory, the environment the grader sets, pinned to one CPU with
+``sched_setaffinity`` refused) and sends it its setup, a JSON object whose ``entry``
+(``module:function``, importable inside the sandbox) the process calls with a
+``Channel``. ``wait_ready`` waits until the entry says it is ready (after its warm-up);
+``round(spec)`` sends one round's inputs and measures, with this process's clock, the
+time until the whole reply has arrived: the clock stops on the last byte of the result,
+so a result must be computed and serialised before it counts. ``close()`` kills the
+process, and with it every process it started (its PID namespace), and removes its
+working directory. Nothing the process does can reach the clock, the other side's
+processes or the code that scores the result: those run in this process.
+
+Child side (``main``): the process keeps a private copy of the pipe to the grader and
+points its own stdout at stderr (the log), so that a ``print`` cannot corrupt the
+protocol; then it runs the entry.
+
+Wire format, child to grader: each message is a 4-byte big-endian length, a JSON header
+of that length, then the raw bytes of the arrays the header lists
+(``"arrays": [[name, dtype, shape, nbytes], ...]``). Grader to child: one JSON object per
+line; end of input means stop.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import json
+import os
+import select
+import shutil
+import struct
+import subprocess
+import sys
+import tempfile
+import time
+import traceback
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, BinaryIO, TextIO
+
+from grading.sandbox.protections import GRADING_UID_BASE, Limits, Protections, jail_argv, parent_death_signal
+
+__all__ = ["Channel", "Message", "RoundError", "RoundProcess", "echo", "main", "starter"]
+
+MAX_HEADER = 1 << 20  # bytes of a message's JSON header at most
+MAX_ARRAYS = 64 << 20  # bytes of a message's arrays at most
+
+
+class RoundError(Exception):
+    """A timed-round process failed: it raised, broke the protocol, ran out of time or died."""
+
+    def __init__(self, message: str, details: str = "") -> None:
+        super().__init__(message)
+        self.details = details  # the traceback the process sent, if any
+
+
+@dataclass
+class Message:
+    """One message from a round process: its JSON header and its arrays as raw bytes."""
+
+    header: dict[str, Any]
+    arrays: dict[str, tuple[str, tuple[int, ...], bytes]] = field(default_factory=dict)
+    """name -> (dtype name, shape, raw bytes), as the process declared them: check them before use."""
+
+
+# ----------------------------------------------------------------------------- child side
+
+
+class Channel:
+    """The round process's end of the pipe to the grader (handed to the entry function)."""
+
+    def __init__(self, inbox: TextIO, outbox: BinaryIO) -> None:
+        self._inbox, self._outbox = inbox, outbox
+
+    def _send(self, header: dict[str, Any], arrays: dict[str, tuple[str, tuple[int, ...], bytes]]) -> None:
+        header = {
+            **header,
+            "arrays": [[name, dtype, list(shape), len(data)] for name, (dtype, shape, data) in arrays.items()],
+        }
+        encoded = json.dumps(header).encode()
+        self._outbox.write(struct.pack(">I", len(encoded)) + encoded + b"".join(data for _, _, data in arrays.values()))
+        self._outbox.flush()
+
+    def ready(self, **info: Any) -> None:
+        """Tell the grader the warm-up is done: the next ``receive`` starts its clock."""
+        self._send({"kind": "ready", **info}, {})
+
+    def receive(self) -> dict[str, Any] | None:
+        """The next round's inputs, or None when the grader has no more."""
+        line = self._inbox.readline()
+        return json.loads(line) if line.strip() else None
+
+    def send(self, arrays: dict[str, tuple[str, tuple[int, ...], bytes]], **info: Any) -> None:
+        """The round's result: ``{name: (dtype, shape, raw bytes)}`` plus small JSON ``info``."""
+        self._send({"kind": "result", **info}, arrays)
+
+    def fail(self, message: str, details: str = "") -> None:
+        """The round cannot be done (the learner's code raised, or returned the wrong thing)."""
+        self._send({"kind": "error", "message": message, "details": details[-4000:]}, {})
+
+
+def main() -> None:
+    """``python -I -m grading.sandbox.rounds``: read the setup line, run its entry with a channel."""
+    outbox = os.fdopen(os.dup(1), "wb")
+    os.dup2(2, 1)  # stray prints go to the log, never into the protocol
+    sys.stdout = sys.stderr
+    channel = Channel(sys.stdin, outbox)
+    try:
+        setup = json.loads(sys.stdin.readline())
+        module, _, function = setup["entry"].partition(":")
+        entry = getattr(importlib.import_module(module), function)
+        entry(channel, setup)
+    except BaseException as error:
+        with contextlib.suppress(OSError):
+            channel.fail(f"{type(error).__name__}: {error}", traceback.format_exc())
+
+
+def echo(channel: Channel, setup: dict[str, Any]) -> None:
+    """An entry for checking the protocol and the sandbox: ready, then each round's ``payload`` back.
+
+    A round ``{"payload": text, "sleep": seconds, "run": [argv...]}`` sleeps, optionally runs
+    a command, and answers the payload as bytes with the process's CPU affinity and the
+    command's exit status and output.
+    """
+    channel.ready(cpus=sorted(os.sched_getaffinity(0)))
+    while (spec := channel.receive()) is not None:
+        time.sleep(float(spec.get("sleep", 0)))
+        info: dict[str, Any] = {"cpus": sorted(os.sched_getaffinity(0))}
+        if spec.get("run"):
+            done = subprocess.run(spec["run"], capture_output=True, text=True, timeout=30)
+            info.update(status=done.returncode, output=(done.stdout + done.stderr)[-2000:])
+        data = str(spec.get("payload", "")).encode()
+        channel.send({"payload": ("uint8", (len(data),), data)}, **info)
+
+
+# ----------------------------------------------------------------------------- grader side
+
+
+class RoundProcess:
+    """One fresh jailed process running a measured test's entry (see the module docstring)."""
+
+    def __init__(self, process: subprocess.Popen, workdir: Path, log: Path) -> None:
+        self._process = process
+        self._workdir = workdir
+        self._log = log
+        self._buffer = b""
+
+    @classmethod
+    def start(
+        cls,
+        setup: dict[str, Any],
+        *,
+        protections: Protections,
+        limits: Limits,
+        hide: list[Path],
+        slot: int,
+        cpu: int | None,
+        base: Path,
+        env: dict[str, str] | None = None,
+    ) -> RoundProcess:
+        """Start the process in a fresh working directory under ``base`` and send it ``setup``."""
+        workdir = Path(tempfile.mkdtemp(prefix="round-", dir=base))
+        workdir.chmod(0o700)
+        uid = GRADING_UID_BASE + slot if protections.level == "root" else None
+        if uid is not None:
+            os.chown(workdir, uid, uid)
+        log = workdir.with_suffix(".log")
+        argv = jail_argv(
+            protections, limits, workdir=workdir, connection_file=None, hide=hide, slot=slot, cpu=cpu, env=env
+        )
+        with open(log, "wb") as stderr:
+            process = subprocess.Popen(
+                [*argv, sys.executable, "-I", "-m", "grading.sandbox.rounds"],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=stderr,
+                cwd=workdir,
+                preexec_fn=parent_death_signal(),
+                start_new_session=True,  # without namespaces, close() kills the process group
+            )
+        self = cls(process, workdir, log)
+        self._write(setup)
+        return self
+
+    def __enter__(self) -> RoundProcess:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def _write(self, payload: dict[str, Any]) -> None:
+        assert self._process.stdin is not None
+        try:
+            self._process.stdin.write(json.dumps(payload).encode() + b"\n")
+            self._process.stdin.flush()
+        except (BrokenPipeError, OSError) as error:
+            raise RoundError(f"the process ended before it was sent its input{self._why()}") from error
+
+    def _read(self, count: int, deadline: float) -> bytes:
+        """Exactly ``count`` bytes from the process, before ``deadline`` (time.perf_counter)."""
+        assert self._process.stdout is not None
+        fd = self._process.stdout.fileno()
+        while len(self._buffer) < count:
+            remaining = deadline - time.perf_counter()
+            if remaining <= 0:
+                raise TimeoutError
+            readable, _, _ = select.select([fd], [], [], remaining)
+            if not readable:
+                raise TimeoutError
+            chunk = os.read(fd, max(65536, count - len(self._buffer)))
+            if not chunk:
+                raise RoundError(f"the process ended without answering{self._why()}")
+            self._buffer += chunk
+        data, self._buffer = self._buffer[:count], self._buffer[count:]
+        return data
+
+    def _message(self, deadline: float) -> Message:
+        (size,) = struct.unpack(">I", self._read(4, deadline))
+        if size > MAX_HEADER:
+            raise RoundError(f"the process sent a {size}-byte header (the protocol allows {MAX_HEADER})")
+        try:
+            header = json.loads(self._read(size, deadline))
+            listed = [(str(n), str(d), tuple(int(x) for x in s), int(b)) for n, d, s, b in header.get("arrays", [])]
+        except (ValueError, TypeError) as error:
+            raise RoundError(f"the process broke the protocol ({error})") from error
+        if not isinstance(header, dict) or sum(nbytes for *_, nbytes in listed) > MAX_ARRAYS:
+            raise RoundError("the process broke the protocol (a header that is not an object, or arrays too large)")
+        message = Message(header)
+        for name, dtype, shape, nbytes in listed:
+            message.arrays[name] = (dtype, shape, self._read(nbytes, deadline))
+        if header.get("kind") == "error":
+            raise RoundError(str(header.get("message", "the process failed")), str(header.get("details", "")))
+        return message
+
+    def wait_ready(self, timeout: float) -> dict[str, Any]:
+        """Wait for the entry's ``ready`` (its warm-up done); returns what it said."""
+        try:
+            message = self._message(time.perf_counter() + timeout)
+        except TimeoutError as error:
+            raise RoundError(f"the process was not ready within {timeout:.0f} s (loading and warming up)") from error
+        if message.header.get("kind") != "ready":
+            raise RoundError("the process broke the protocol (a result before it was ready)")
+        return message.header
+
+    def round(self, spec: dict[str, Any], timeout: float) -> tuple[float, Message]:
+        """Send ``spec`` and time the reply: ``(seconds, message)``, seconds by this process's clock."""
+        deadline = time.perf_counter() + timeout
+        self._write(spec)
+        start = time.perf_counter()
+        try:
+            message = self._message(deadline)
+        except TimeoutError as error:
+            raise RoundError(f"no result within {timeout:.0f} s") from error
+        seconds = time.perf_counter() - start
+        if message.header.get("kind") != "result":
+            raise RoundError("the process broke the protocol (a second 'ready')")
+        return seconds, message
+
+    def _why(self) -> str:
+        """The last lines of the process's log (its traceback, or the jail's message)."""
+        with contextlib.suppress(OSError):
+            tail = self._log.read_bytes()[-1500:].decode("utf-8", "replace").strip()
+            if tail:
+                return f"; its last output: {tail}"
+        return ""
+
+    def close(self) -> None:
+        """Kill the process (its PID namespace goes with it) and remove its working directory."""
+        if self._process.poll() is None:
+            self._process.kill()
+        with contextlib.suppress(OSError):
+            os.killpg(self._process.pid, 9)  # what it started, where there is no PID namespace
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self._process.wait(timeout=10)
+        for pipe in (self._process.stdin, self._process.stdout):
+            with contextlib.suppress(OSError):
+                if pipe is not None:
+                    pipe.close()
+        shutil.rmtree(self._workdir, ignore_errors=True)
+        with contextlib.suppress(OSError):
+            self._log.unlink()
+
+
+def starter(
+    protections: Protections, limits: Limits, hide: list[Path], slot: int, base: Path
+) -> Callable[[dict[str, Any], str], RoundProcess]:
+    """``start(setup, side)`` for ``grading.measure.Rounds``: round processes of one measurement.
+
+    Every process runs on the same CPU (the slot's, among those this process may use); each
+    side ("baseline", "answer") keeps its own compile cache directory under ``base`` from one
+    of its processes to the next.
+    """
+    cpus = sorted(os.sched_getaffinity(0))
+    cpu = cpus[slot % len(cpus)]
+    uid = GRADING_UID_BASE + slot if protections.level == "root" else None
+    caches: dict[str, Path] = {}
+
+    def start(setup: dict[str, Any], side: str) -> RoundProcess:
+        if side not in caches:
+            caches[side] = Path(tempfile.mkdtemp(prefix=f"compile-cache-{side}-", dir=base))
+            if uid is not None:
+                os.chown(caches[side], uid, uid)
+        env = {"TORCHINDUCTOR_CACHE_DIR": str(caches[side])}
+        return RoundProcess.start(
+            setup, protections=protections, limits=limits, hide=hide, slot=slot, cpu=cpu, base=base, env=env
+        )
+
+    return start
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,369 @@
+"""Notebook 12's speed grade can be earned only by being fast: a corpus of exploits, each graded for real.
+
+Each exploit is an answer to exercise 3 that a motivated learner could write to get speed
+points without a faster training loop: by slowing the baseline, stopping or bending the
+clock, rebinding the scoring, reusing precomputed inputs or results, taking more cores, or
+planting files for later processes. Each is graded by the course's referee
+(``grading/course/capstone_referee.py``) exactly as ``course autograde`` grades it: fresh
+jailed processes for every timed run, tasks drawn when each run starts, the clock and the
+points in the grader's process. The comment on each says what it scored under the grader of
+the previous release, which measured inside the learner's kernel (``grade_fast_train``, on
+this machine; the issue's figures where it gives them).
+
+Expected now: no exploit gets speed points. Those that still train correctly keep the
+correctness points; their honest speed is half the baseline's (they train twice), and each
+slowing of the baseline is large (it would give 5x or more if it worked), so that a noisy
+machine cannot decide the test: a 2x ratio would need the noise to be 4x. Those that hand
+back a result for other inputs fail correctness and score 0.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import site
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import nbformat
+import pytest
+
+from grading.measure import Rounds, answers_of
+from grading.sandbox.protections import Limits, detect
+from grading.sandbox.rounds import starter
+
+ROOT = Path(__file__).resolve().parents[1]
+NOTEBOOK = ROOT / "notebooks" / "12_make_this_training_loop_fast.ipynb"
+ANSWER_IDS = ("ex1_standardize_images", "ex2_train_step", "ex3_fast_train")
+PLANTED = "zz_course_exploit.pth"
+
+_spec = importlib.util.spec_from_file_location("capstone_referee", ROOT / "grading" / "course" / "capstone_referee.py")
+capstone_referee = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(capstone_referee)
+
+SLOW_CORE = '''
+from torch.utils.data import DataLoader
+
+from course_utils.capstone import DigitsPixels
+
+MINE = {"active": False}
+
+
+def fast_train(task, device):
+    """slow_train, twice over: half the baseline's speed, with its model and data marked as ours."""
+    _slow_loop(task, device)
+    return _slow_loop(task, device)
+
+
+def _slow_loop(task, device):
+    """slow_train, line for line, with its model and data marked as ours."""
+    MINE["active"] = True
+    try:
+        device = torch.device(device)
+        model = make_model(task).to(device)
+        model.mine = True
+        optimizer = torch.optim.Adam(model.parameters(), lr=task.lr)
+        order = task.batch_order().flatten().tolist()
+        dataset = DigitsPixels(*task.data())
+        dataset.mine = True
+        samples = iter(DataLoader(dataset, batch_size=1, sampler=order))
+        losses = []
+        for _ in range(task.steps):
+            for parameter in model.parameters():
+                parameter.grad = torch.zeros_like(parameter)
+            loss = torch.zeros((), device=device)
+            for _ in range(task.batch_size):
+                image, label = next(samples)
+                loss = loss + F.cross_entropy(model(image.to(device)), label.to(device)) / task.batch_size
+            loss.backward()
+            optimizer.step()
+            losses.append(loss.item())
+        return model, torch.tensor(losses)
+    finally:
+        MINE["active"] = False
+'''
+
+EXPLOITS = {
+    # Before: 3840x ("yours 0.0 ms"), 10 of 10 points, and it passed the hidden test (the issue).
+    "deferred result": '''
+class TrainsWhenRead(nn.Module):
+    """Returned at once; trains (and fills the losses in place) when the grader first reads the weights."""
+
+    def __init__(self, task, device, losses):
+        super().__init__()
+        self.__dict__.update(task=task, device=device, losses=losses, trained=None)
+
+    @property
+    def _orig_mod(self):
+        if self.trained is None:
+            slow_train(self.task, self.device)  # (twice: half the baseline's speed)
+            model, losses = slow_train(self.task, self.device)
+            self.losses.copy_(losses)
+            self.__dict__["trained"] = model
+        return self.trained
+
+
+def fast_train(task, device):
+    losses = torch.zeros(task.steps)
+    return TrainsWhenRead(task, device, losses), losses
+''',
+    # Before: 34.6x with batching alone (the issue); with the baseline's own loop, as here, BEFORE_HOOK.
+    "hook that slows the baseline's model": SLOW_CORE
+    + '''
+import time
+from torch.nn.modules.module import register_module_forward_pre_hook
+
+
+def _slow_theirs(module, args):
+    if isinstance(module, CapstoneNet) and not getattr(module, "mine", False):
+        time.sleep(0.002)
+
+
+register_module_forward_pre_hook(_slow_theirs)
+''',
+    # Before: BEFORE_GIL.
+    "thread holding the GIL while slow_train runs": SLOW_CORE
+    + '''
+import sys
+import threading
+import time
+
+
+def _hog():
+    main = threading.main_thread().ident
+    while True:
+        frame, names = sys._current_frames().get(main), set()
+        while frame is not None:
+            names.add(frame.f_code.co_name)
+            frame = frame.f_back
+        if "slow_train" in names:
+            deadline = time.perf_counter() + 0.005
+            while time.perf_counter() < deadline:
+                pass
+        else:
+            time.sleep(0.001)
+
+
+threading.Thread(target=_hog, daemon=True).start()
+''',
+    # Before: BEFORE_GETITEM.
+    "DigitsPixels.__getitem__ patched": SLOW_CORE
+    + '''
+import time
+
+_getitem = DigitsPixels.__getitem__
+
+
+def _slow_getitem(self, index):
+    if not getattr(self, "mine", False):
+        time.sleep(0.002)
+    return _getitem(self, index)
+
+
+DigitsPixels.__getitem__ = _slow_getitem
+''',
+    # Before: BEFORE_TANH.
+    "torch.tanh patched": SLOW_CORE
+    + '''
+import time
+
+_tanh = torch.tanh
+
+
+def _slow_tanh(*args, **kwargs):
+    if not MINE["active"]:
+        time.sleep(0.002)
+    return _tanh(*args, **kwargs)
+
+
+torch.tanh = _slow_tanh
+''',
+    # Before: "speedup 1.0x -> points 10" (the issue).
+    "scoring rebound": '''
+import course_utils.capstone as capstone
+
+capstone.speed_points = lambda ratio: 8
+capstone.SPEED_TIERS = ((0.0, 8),)
+capstone.CORRECTNESS_POINTS = 10
+
+
+def fast_train(task, device):
+    slow_train(task, device)  # twice: half the baseline's speed
+    return slow_train(task, device)
+''',
+    # Before: BEFORE_CLOCK.
+    "clock bent while the baseline is timed": SLOW_CORE
+    + '''
+import sys
+import time
+
+_clock = time.perf_counter
+
+
+def _bent_clock():
+    frame = sys._getframe(1)
+    while frame is not None:
+        train = frame.f_locals.get("train")
+        if train is not None:
+            return _clock() * (10 if getattr(train, "__name__", "") == "slow_train" else 1)
+        frame = frame.f_back
+    return _clock()
+
+
+time.perf_counter = _bent_clock
+''',
+    # Before: BEFORE_CORES (no gain on 2 cores busy with two notebooks).
+    "more threads and every core": SLOW_CORE
+    + '''
+import os
+
+os.environ["OMP_NUM_THREADS"] = "64"
+torch.set_num_threads(max(os.cpu_count() or 1, 2))
+try:
+    os.sched_setaffinity(0, range(os.cpu_count() or 1))
+except OSError:
+    pass  # refused in the grader's processes
+''',
+    # Before: at the userns and none levels, a .pth written into the environment ran in every
+    # later Python process of the instructor's, the grader included; now the environment is read-only.
+    "a .pth planted for later processes": SLOW_CORE
+    + f"""
+import os
+import site
+import sys
+
+for folder in site.getsitepackages() + [sys.prefix]:
+    try:
+        with open(os.path.join(folder, "{PLANTED}"), "w") as planted:
+            planted.write("import time; time.sleep(0.5)\\n")
+    except OSError:
+        pass
+""",
+    # Before: BEFORE_CACHE (task.data() ignored the seed, so the images could be standardised once).
+    "standardised images cached": '''
+from course_utils.capstone import STD_EPS
+
+_pixels, _labels = GRADED_TASK.data()
+_x = _pixels.float() / 16.0
+_IMAGES = (_x - _x.mean(dim=1, keepdim=True)) / (_x.std(dim=1, keepdim=True) + STD_EPS)
+
+
+def fast_train(task, device):
+    model = make_model(task, fused_gelu=True)
+    optimizer = torch.optim.Adam(model.parameters(), lr=task.lr, fused=True)
+    losses = torch.empty(task.steps)
+    for step, batch in enumerate(task.batch_order()):
+        loss = F.cross_entropy(model(_IMAGES[batch]), _labels[batch])
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        losses[step] = loss.detach()
+    return model, losses
+''',
+    # Before: BEFORE_PRETRAINED (the rounds' seeds were 1 + r: every result could be trained in advance).
+    "results trained in advance": '''
+_ANSWERS = {seed: slow_train(replace(GRADED_TASK, seed=seed)) for seed in range(6)}
+
+
+def fast_train(task, device):
+    return _ANSWERS[task.seed % 6]
+''',
+    # No equivalent before (there was no protocol): a result for other inputs, written into the
+    # grader's pipe before the timed task has even arrived.
+    "result written before the task arrives": '''
+import os
+import stat
+import struct
+import threading
+import time
+import json
+
+from course_utils.capstone import result_arrays
+
+_early = {}
+
+
+def _send_early():
+    time.sleep(1.0)  # the grader has the "ready" by now
+    arrays = result_arrays(_early["result"], _early["task"])
+    header = {"kind": "result", "arrays": [[n, d, list(s), len(b)] for n, (d, s, b) in arrays.items()]}
+    encoded = json.dumps(header).encode()
+    frame = struct.pack(">I", len(encoded)) + encoded + b"".join(b for _, _, b in arrays.values())
+    for fd in map(int, os.listdir("/proc/self/fd")):
+        try:
+            if fd > 2 and stat.S_ISFIFO(os.fstat(fd).st_mode):
+                os.write(fd, frame)
+        except OSError:
+            pass
+
+
+def fast_train(task, device):
+    if not _early:
+        _early.update(task=task, result=slow_train(task, device))
+        threading.Thread(target=_send_early, daemon=True).start()
+        return _early["result"]
+    time.sleep(3600)  # the grader already has "the result"
+''',
+}
+"""Exploits that still train each task correctly: 2 points, no speed points."""
+STILL_CORRECT = {
+    "deferred result",
+    "hook that slows the baseline's model",
+    "thread holding the GIL while slow_train runs",
+    "DigitsPixels.__getitem__ patched",
+    "torch.tanh patched",
+    "scoring rebound",
+    "clock bent while the baseline is timed",
+    "more threads and every core",
+    "a .pth planted for later processes",
+}
+
+
+@pytest.fixture(scope="module")
+def solutions() -> dict[str, str]:
+    """The notebook's own answers to exercises 1 to 3."""
+    return answers_of(nbformat.read(NOTEBOOK, as_version=4), ANSWER_IDS)
+
+
+def grade(answers: dict[str, str], rounds: int = 1):
+    """The referee's verdict (or the AssertionError that fails the test) on ``answers``, in ``rounds`` rounds."""
+    capstone_referee.ROUNDS, before = rounds, capstone_referee.ROUNDS
+    try:
+        with tempfile.TemporaryDirectory(prefix="referee-test-") as tmp:
+            base = Path(tmp)
+            base.chmod(0o711)
+            start = starter(detect(), Limits(), [], 0, base)
+            try:
+                return capstone_referee.referee(Rounds(answers, start, time.monotonic() + 600))
+            except AssertionError as failure:
+                return failure
+    finally:
+        capstone_referee.ROUNDS = before
+
+
+@pytest.mark.parametrize("name", sorted(EXPLOITS))
+def test_an_exploit_earns_no_speed_points(solutions, name):
+    outcome = grade({**solutions, "ex3_fast_train": EXPLOITS[name]})
+    if name in STILL_CORRECT:
+        assert not isinstance(outcome, AssertionError), outcome
+        assert outcome.points == 2, outcome.report  # correct, and as slow as the baseline it copies
+        assert "measured by the grader, outside your notebook" in outcome.report
+    else:
+        assert isinstance(outcome, AssertionError), f"{name} was not caught: {outcome}"
+        assert "loss at step" in str(outcome) or "training loss" in str(outcome), outcome
+    for folder in [*site.getsitepackages(), sys.prefix]:
+        assert not (Path(folder) / PLANTED).exists(), f"a submission wrote {PLANTED} into {folder}"
+
+
+def test_the_reference_solution_is_correct_and_graded_on_its_speed(solutions):
+    outcome = grade(solutions)
+    assert not isinstance(outcome, AssertionError), outcome
+    assert outcome.points >= 2 and "mistakes left: none found" in outcome.report
+
+
+def test_an_answer_that_needs_a_cell_of_the_notebook_says_so(solutions):
+    needs_task = "def fast_train(task, device):\n    return slow_train(task, device)\n\nprint(task)\n"
+    outcome = grade({**solutions, "ex3_fast_train": needs_task})
+    assert isinstance(outcome, AssertionError)
+    assert "NameError: name 'task' is not defined" in str(outcome) and "in the grader's process" in str(outcome)

@@ -1,0 +1,185 @@
+"""How steady notebook 12's measured speed grade is: a class of four, graded again and again.
+
+Run with ``make capstone-benchmark`` (or ``.venv/bin/python tools/capstone_benchmark.py
+[--runs 20] [--jobs 2]``). It releases notebook 12 into a throwaway course (with the course's
+referee, ``grading/course/capstone_referee.py``, beside its config), submits four answers to
+exercise 3 (exercises 1 and 2 solved as in the notebook):
+
+* ``reference``: the notebook's own solution;
+* ``compiled``: the same loop with the forward pass and loss under ``torch.compile``;
+* ``batching``: the whole batch through the model at once, every other mistake kept
+  (per-image transform, ``.item()`` each step, zeros written, GELU by hand, for-loop Adam);
+* ``baseline``: ``slow_train`` itself;
+
+then runs ``course autograde --force --jobs N`` ``--runs`` times and prints, per answer, the
+points of each run and the spread of the measured speedups. It is a measurement, not a test:
+nothing is asserted. The machine and its load are printed, because both change the figures.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import re
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections import Counter
+from pathlib import Path
+
+import nbformat
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))  # the grading package, when run without `make install`
+
+from grading.coursedir import Course  # noqa: E402
+from grading.release import release  # noqa: E402
+
+NOTEBOOK = REPO / "notebooks" / "12_make_this_training_loop_fast.ipynb"
+REFEREE = REPO / "grading" / "course" / "capstone_referee.py"
+TEST_CELL = "ex3_fast_train_tests"
+
+COMPILED = '''
+@torch.compile
+def _loss(model, images, labels):
+    return F.cross_entropy(model(images), labels)
+
+
+def fast_train(task: CapstoneTask, device: torch.device) -> tuple[nn.Module, torch.Tensor]:
+    """The reference loop, with the forward pass and the loss compiled (one graph, reused across calls)."""
+    from course_utils.capstone import STD_EPS
+
+    device = torch.device(device)
+    model = make_model(task, fused_gelu=True).to(device)
+    optimizer = torch.optim.Adam(model.parameters(), lr=task.lr, fused=True)
+    pixels, labels = task.data()
+    x = pixels.float() / 16.0
+    images = ((x - x.mean(dim=1, keepdim=True)) / (x.std(dim=1, keepdim=True) + STD_EPS)).to(device)
+    labels = labels.to(device)
+    losses = torch.empty(task.steps, device=device)
+    for step, batch in enumerate(task.batch_order().to(device)):
+        loss = _loss(model, images[batch], labels[batch])
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        losses[step] = loss.detach()
+    return model, losses
+'''
+BATCHING = '''
+def fast_train(task: CapstoneTask, device: torch.device) -> tuple[nn.Module, torch.Tensor]:
+    """Only the per-sample loop fixed: one forward and backward per batch."""
+    device = torch.device(device)
+    model = make_model(task).to(device)
+    optimizer = torch.optim.Adam(model.parameters(), lr=task.lr)
+    pixels, labels = task.data()
+    losses = []
+    for batch in task.batch_order():
+        images = torch.stack([standardize_image(pixels[i]) for i in batch]).to(device)
+        for parameter in model.parameters():
+            parameter.grad = torch.zeros_like(parameter)
+        loss = F.cross_entropy(model(images), labels[batch].to(device))
+        loss.backward()
+        optimizer.step()
+        losses.append(loss.item())
+    return model, torch.tensor(losses)
+'''
+BASELINE = '''
+def fast_train(task: CapstoneTask, device: torch.device) -> tuple[nn.Module, torch.Tensor]:
+    """The baseline itself."""
+    return slow_train(task, device)
+'''
+
+
+def _answers(nb: nbformat.NotebookNode) -> dict[str, nbformat.NotebookNode]:
+    return {
+        c.metadata.nbgrader.grade_id: c for c in nb.cells if c.get("metadata", {}).get("nbgrader", {}).get("solution")
+    }
+
+
+def _class(tmp: Path) -> Course:
+    """A course releasing notebook 12, with the four submissions in submitted/."""
+    notebooks = tmp / "notebooks"
+    notebooks.mkdir()
+    shutil.copy(NOTEBOOK, notebooks / NOTEBOOK.name)
+    course = Course(root=tmp / "course", notebooks=notebooks)
+    course.root.mkdir()
+    (course.root / "nbgrader_config.py").write_text("c = get_config()  # noqa: F821\nc.Execute.timeout = 120\n")
+    shutil.copy(REFEREE, course.root / REFEREE.name)
+    release(course)
+    name = NOTEBOOK.stem
+    released = nbformat.read(course.folder("release", name) / f"{name}.ipynb", as_version=4)
+    solved = _answers(nbformat.read(NOTEBOOK, as_version=4))
+    strip = lambda source: re.sub(r"\n?\s*### (BEGIN|END) SOLUTION", "", source)  # noqa: E731
+    variants = {"reference": strip(solved["ex3_fast_train"].source), "compiled": COMPILED, "batching": BATCHING}
+    variants["baseline"] = BASELINE
+    for student, ex3 in variants.items():
+        nb = nbformat.from_dict(json.loads(json.dumps(released)))
+        answers = _answers(nb)
+        for grade_id in ("ex1_standardize_images", "ex2_train_step"):
+            answers[grade_id].source = strip(solved[grade_id].source)
+        answers["ex3_fast_train"].source = ex3
+        folder = course.folder("submitted", name, student)
+        folder.mkdir(parents=True)
+        nbformat.write(nb, folder / f"{name}.ipynb")
+        (folder / "timestamp.txt").write_text("2026-01-01 12:00:00.000000 UTC")
+    return course
+
+
+def _verdicts(course: Course) -> dict[str, tuple[float, float | None, str]]:
+    """Per student: the measured cell's points, the speedup it reports, and its first error line."""
+    name = NOTEBOOK.stem
+    found = {}
+    for folder in sorted(course.autograded.iterdir()):
+        nb = nbformat.read(folder / name / f"{name}.ipynb", as_version=4)
+        cell = next(c for c in nb.cells if c.get("metadata", {}).get("nbgrader", {}).get("grade_id") == TEST_CELL)
+        text = "".join(o.get("text", "") for o in cell.outputs if o.get("output_type") == "stream")
+        points = next((o["data"]["text/plain"] for o in cell.outputs if o.get("output_type") == "execute_result"), "0")
+        error = next((f"{o['ename']}: {o['evalue'].splitlines()[0]}" for o in cell.outputs if o.get("ename")), "")
+        ratio = re.search(r"speedup ([\d.]+)x", text)
+        found[folder.name] = (float(points), float(ratio[1]) if ratio else None, error)
+    return found
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--runs", type=int, default=20)
+    parser.add_argument("--jobs", type=int, default=2)
+    args = parser.parse_args()
+    print(f"machine: {platform.machine()}, {os.cpu_count()} cores, load average {os.getloadavg()[0]:.1f}")
+    results: dict[str, list[tuple[float, float | None, str]]] = {}
+    with tempfile.TemporaryDirectory(prefix="capstone-benchmark-") as tmp_name:
+        course = _class(Path(tmp_name))
+        command = [sys.executable, "-m", "grading", "--course", str(course.root), "autograde", "--force"]
+        command += ["--jobs", str(args.jobs), "--no-progress"]
+        for run in range(args.runs):
+            started = time.perf_counter()
+            done = subprocess.run(command, capture_output=True, text=True, cwd=REPO)
+            if done.returncode != 0:
+                print(done.stdout[-2000:], done.stderr[-3000:], sep="\n")
+                raise SystemExit(f"course autograde failed in run {run + 1}")
+            verdicts = _verdicts(course)
+            for student, verdict in verdicts.items():
+                results.setdefault(student, []).append(verdict)
+            line = ", ".join(f"{s} {p:g} ({r or 0:.1f}x)" for s, (p, r, _) in sorted(verdicts.items()))
+            print(f"run {run + 1:2d} ({time.perf_counter() - started:5.0f} s, load {os.getloadavg()[0]:.1f}): {line}")
+    print()
+    for student, verdicts in sorted(results.items()):
+        points = Counter(p for p, _, _ in verdicts)
+        ratios = [r for _, r, _ in verdicts if r is not None]
+        spread = (
+            f"speedup min {min(ratios):.1f}x, median {statistics.median(ratios):.1f}x, max {max(ratios):.1f}x"
+            if ratios
+            else "no speedup measured"
+        )
+        tally = ", ".join(f"{p:g} points in {n} runs" for p, n in sorted(points.items(), reverse=True))
+        errors = sorted({e for _, _, e in verdicts if e})
+        print(f"{student:10s} {tally}; {spread}" + (f"; errors: {errors}" if errors else ""))
+
+
+if __name__ == "__main__":
+    main()
