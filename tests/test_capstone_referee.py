@@ -20,6 +20,7 @@ back a result for other inputs fail correctness and score 0.
 from __future__ import annotations
 
 import importlib.util
+import re
 import site
 import sys
 import tempfile
@@ -305,6 +306,32 @@ def fast_train(task, device):
         return _early["result"]
     time.sleep(3600)  # the grader already has "the result"
 ''',
+    # No equivalent before: bytes that are not a message, written into the grader's pipe.
+    "garbage written into the grader's pipe": SLOW_CORE
+    + '''
+import os
+import stat
+import threading
+import time
+
+
+def _garble():
+    time.sleep(0.05)
+    for fd in map(int, os.listdir("/proc/self/fd")):
+        try:
+            if fd > 2 and stat.S_ISFIFO(os.fstat(fd).st_mode):
+                os.write(fd, b"\\x00\\x00\\x00\\x05[1,2]" + b"\\xff" * 64)
+        except OSError:
+            pass
+
+
+_train = fast_train
+
+
+def fast_train(task, device):
+    threading.Thread(target=_garble, daemon=True).start()
+    return _train(task, device)
+''',
 }
 """Exploits that still train each task correctly: 2 points, no speed points."""
 STILL_CORRECT = {
@@ -351,7 +378,8 @@ def test_an_exploit_earns_no_speed_points(solutions, name):
         assert "measured by the grader, outside your notebook" in outcome.report
     else:
         assert isinstance(outcome, AssertionError), f"{name} was not caught: {outcome}"
-        assert "loss at step" in str(outcome) or "training loss" in str(outcome), outcome
+        why = "broke the protocol" if "garbage" in name else "loss at step|training loss"
+        assert re.search(why, str(outcome)), outcome
     for folder in [*site.getsitepackages(), sys.prefix]:
         assert not (Path(folder) / PLANTED).exists(), f"a submission wrote {PLANTED} into {folder}"
 

@@ -224,11 +224,18 @@ class RoundProcess:
             raise RoundError(f"the process sent a {size}-byte header (the protocol allows {MAX_HEADER})")
         try:
             header = json.loads(self._read(size, deadline))
+            if not isinstance(header, dict):
+                raise TypeError("a header that is not a JSON object")
             listed = [(str(n), str(d), tuple(int(x) for x in s), int(b)) for n, d, s, b in header.get("arrays", [])]
         except (ValueError, TypeError) as error:
             raise RoundError(f"the process broke the protocol ({error})") from error
-        if not isinstance(header, dict) or sum(nbytes for *_, nbytes in listed) > MAX_ARRAYS:
-            raise RoundError("the process broke the protocol (a header that is not an object, or arrays too large)")
+        sizes = [nbytes for *_, nbytes in listed]
+        if (
+            any(n < 0 for n in sizes)
+            or any(d < 0 for _, _, shape, _ in listed for d in shape)
+            or sum(sizes) > MAX_ARRAYS
+        ):
+            raise RoundError("the process broke the protocol (negative sizes, or arrays over the limit)")
         message = Message(header)
         for name, dtype, shape, nbytes in listed:
             message.arrays[name] = (dtype, shape, self._read(nbytes, deadline))
@@ -248,9 +255,9 @@ class RoundProcess:
 
     def round(self, spec: dict[str, Any], timeout: float) -> tuple[float, Message]:
         """Send ``spec`` and time the reply: ``(seconds, message)``, seconds by this process's clock."""
-        deadline = time.perf_counter() + timeout
+        start = time.perf_counter()  # the clock runs from before the task is sent
+        deadline = start + timeout
         self._write(spec)
-        start = time.perf_counter()
         try:
             message = self._message(deadline)
         except TimeoutError as error:
@@ -290,9 +297,9 @@ def starter(
 ) -> Callable[[dict[str, Any], str], RoundProcess]:
     """``start(setup, side)`` for ``grading.measure.Rounds``: round processes of one measurement.
 
-    Every process runs on the same CPU (the slot's, among those this process may use); each
-    side ("baseline", "answer") keeps its own compile cache directory under ``base`` from one
-    of its processes to the next.
+    Every process runs on the same CPU (the slot's, among those this process may use) with one
+    OpenMP/MKL thread; each side ("baseline", "answer") keeps its own compile cache directory
+    under ``base`` from one of its processes to the next.
     """
     cpus = sorted(os.sched_getaffinity(0))
     cpu = cpus[slot % len(cpus)]
@@ -304,7 +311,7 @@ def starter(
             caches[side] = Path(tempfile.mkdtemp(prefix=f"compile-cache-{side}-", dir=base))
             if uid is not None:
                 os.chown(caches[side], uid, uid)
-        env = {"TORCHINDUCTOR_CACHE_DIR": str(caches[side])}
+        env = {"TORCHINDUCTOR_CACHE_DIR": str(caches[side]), "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
         return RoundProcess.start(
             setup, protections=protections, limits=limits, hide=hide, slot=slot, cpu=cpu, base=base, env=env
         )
