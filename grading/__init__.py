@@ -13,17 +13,20 @@ this package. The modules follow the command's verbs, with the machinery by role
   Canvas import file), ``validate`` (the learner's check before submitting);
 * ``sanitize``   the notebook that is graded: the learner's own, sanitized as nbgrader does,
   then hardened; ``guard``: the grader's code inside the kernel (tamper checks, objects that
-  lie);
+  lie); ``measure``: measured tests, which a course's referee decides outside the kernel
+  (notebook 12's speedup);
 * ``sandbox/``   where learner code runs: ``protections`` (what isolation this machine
   offers, the limits), ``jail`` (the wrapper every kernel starts through), ``worker``
-  (grading worker processes), ``execute`` (one notebook in a jailed kernel);
+  (grading worker processes), ``execute`` (one notebook in a jailed kernel), ``rounds``
+  (fresh jailed processes for the timed rounds of a measured test);
 * ``lab/``       the learner's side of the local JupyterLab (``make lab``): ``workspace``
   (copies the student versions into the learner's own folder, as ``nbgrader
   fetch_assignment`` does) and ``validate_button`` (the server extension behind the
   Validate button, which runs ``validate``). Colab learners never install this package.
 
-``course/`` beside these modules is not code: it is this repository's own nbgrader course
-directory (its ``nbgrader_config.py`` and the generated student versions in ``release/``).
+``course/`` beside these modules is this repository's own nbgrader course directory: its
+``nbgrader_config.py``, the generated student versions in ``release/``, and
+``capstone_referee.py``, the course's plugin that referees notebook 12's measured test.
 """
 
 __all__: list[str] = []
