@@ -164,7 +164,7 @@ class CapstoneTask:
 GRADED_TASK = CapstoneTask()
 """The task the graded test trains and times (the same in quick mode and on every device)."""
 OTHER_TASK = CapstoneTask(num_samples=96, epochs=1, batch_size=8, hidden=64, lr=5e-3, seed=11)
-"""Another shape of the task, trained once to check that ``fast_train`` reads the task (not untimed)."""
+"""Another shape of the task, trained once (untimed) to check that ``fast_train`` reads its sizes from the task."""
 
 
 def standardize_image(pixels: torch.Tensor) -> torch.Tensor:
