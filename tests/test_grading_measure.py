@@ -156,3 +156,44 @@ def test_the_worker_decides_a_measured_test_outside_the_kernel(tmp_path, answer,
     assert "the kernel ran a measured test" not in str(cell.outputs)
     assert determine_grade(cell) == (points, 3.0)
     assert ("measured outside" in cell.outputs[0].get("text", "")) == bool(points)
+
+
+def _measured_notebook(answer: str) -> nbformat.NotebookNode:
+    return new_notebook(
+        cells=[
+            new_code_cell(answer, metadata=_meta("answer", solution=True)),
+            new_code_cell(TEST_CELL, metadata=_meta("measured")),
+        ],
+        metadata={"kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"}},
+    )
+
+
+def test_validate_gives_the_learner_the_graders_measurement_and_verdict(tmp_path):
+    """`course validate` measures outside the kernel too, from the release's test cell, never the learner's."""
+    from grading.coursedir import Course
+    from grading.release import release
+    from grading.validate import validate
+
+    notebooks = tmp_path / "notebooks"
+    notebooks.mkdir()
+    solution = "def f():\n    ### BEGIN SOLUTION\n    return 1\n    ### END SOLUTION"
+    nbformat.write(_measured_notebook(solution), notebooks / "01_measured.ipynb")
+    course = Course(root=tmp_path / "course", notebooks=notebooks)
+    course.root.mkdir()
+    (course.root / "nbgrader_config.py").write_text("c = get_config()  # noqa: F821\n")
+    (course.root / "echo_referee.py").write_text(REFEREE)
+    release(course)
+    learner = nbformat.read(course.folder("release", "01_measured") / "01_measured.ipynb", as_version=4)
+    learner.cells[0].source = "def f():\n    return 1"
+    mine = tmp_path / "01_measured.ipynb"
+    nbformat.write(learner, mine)
+    result = validate(mine, course, Limits(cell_timeout=60), PROTECTIONS)
+    [cell] = result.cells
+    assert (cell.grade_id, cell.status) == ("measured", "fail")  # 2 of 3 points: partial credit
+    assert "2 of 3 points, measured outside the notebook" in cell.message
+    assert "measured outside: the answer defines f" in cell.message
+
+    learner.cells[1].source = "pass  # the learner deleted the directive"
+    nbformat.write(learner, mine)
+    result = validate(mine, course, Limits(cell_timeout=60), PROTECTIONS)
+    assert "measured outside: the answer defines f" in result.cells[0].message  # the release's cell is graded

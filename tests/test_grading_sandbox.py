@@ -85,3 +85,29 @@ def test_two_gradings_at_once_never_share_a_grading_user():
     finally:
         first.release()
         second.release()
+
+
+def test_torch_compile_runs_in_a_grading_kernel_within_the_limits():
+    """Inductor's C++ build writes a precompiled header of about 150 MB: it needs a writable TMPDIR that big.
+
+    Before, the kernel's temporary files went to a 16 MiB /var/tmp and the header to a 64 MiB
+    file limit, so a compiled answer failed in grading ("No space left on device").
+    """
+    from nbformat.v4 import new_code_cell, new_notebook
+
+    from grading.sandbox.worker import WorkerPool
+    from grading.sanitize import with_grader_cells
+
+    source = (
+        "import torch\n"
+        "f = torch.compile(lambda x: torch.sin(x) * 2 + 1)\n"
+        "x = torch.linspace(0, 1, 64)\n"
+        "assert torch.allclose(f(x), torch.sin(x) * 2 + 1)\n"
+        "print('compiled')"
+    )
+    job = {"nb": with_grader_cells(new_notebook(cells=[new_code_cell(source)])), "files": None}
+    [(_, result)] = list(WorkerPool(1, PROTECTIONS, Limits(cell_timeout=300), []).run([("nb", job)]))
+    [cell] = [c for c in result["nb"]["cells"] if c["source"] == source]
+    errors = [f"{o['ename']}: {o['evalue'][:500]}" for o in cell["outputs"] if o["output_type"] == "error"]
+    assert not errors, errors
+    assert "compiled" in "".join(o.get("text", "") for o in cell["outputs"])
