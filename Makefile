@@ -76,7 +76,7 @@ lint: $(STAMP)  ## ruff only
 release: $(STAMP)  ## regenerate the student versions in grading/course/release/ from notebooks/
 	$(BIN)/course release
 
-grade-benchmark: $(STAMP)  ## plain nbgrader vs `course autograde --jobs 2` on a class of 20; prints the ratio
+grade-benchmark: $(STAMP)  ## plain nbgrader vs `course autograde --jobs 2` on a class of 20; prints the ratio (BENCH_ARGS=--cluster: --jobs 2 vs a local Dask cluster)
 	$(BIN)/python tools/grade_benchmark.py $(BENCH_ARGS)
 
 capstone-benchmark: $(STAMP)  ## notebook 12's measured grade for four answers, graded 20 times: points and speedup spread

@@ -15,6 +15,8 @@ this package. The modules follow the command's verbs, with the machinery by role
   then hardened; ``guard``: the grader's code inside the kernel (tamper checks, objects that
   lie); ``measure``: measured tests, which a course's referee decides outside the kernel
   (notebook 12's speedup);
+* ``cluster``    grading on a Dask cluster (``course autograde --scheduler``): a pool with the
+  local one's interface, whose tasks carry the submission and run in the same sandbox;
 * ``sandbox/``   where learner code runs: ``protections`` (what isolation this machine
   offers, the limits), ``jail`` (the wrapper every kernel starts through), ``worker``
   (grading worker processes), ``execute`` (one notebook in a jailed kernel), ``rounds``

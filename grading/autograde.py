@@ -12,9 +12,10 @@ step and using nbgrader's own preprocessors, configured by the course's
    given 0, as nbgrader does;
 2. per notebook (this process): ``sanitize.prepare`` (nbgrader's sanitizing preprocessors,
    then the hardening it documents);
-3. per notebook (``N`` workers): the notebook runs in a jailed kernel whose working
-   directory holds the assignment's other files (``worker``, ``execute``, ``guard``);
-4. per notebook (this process, the gradebook's only writer): the rest of nbgrader's
+3. per notebook (``N`` workers, or the worker threads of a Dask cluster: ``grading.cluster``):
+   the notebook runs in a jailed kernel whose working directory holds the assignment's
+   other files (``worker``, ``execute``, ``guard``);
+4. per notebook (this process, the gradebook's only writer, whatever its database): the rest of nbgrader's
    ``Autograde.autograde_preprocessors`` (``IgnorePattern``, ``ClearMetadataPreprocessor``,
    ``LimitOutput``, ``SaveAutoGrades``, ``AssignLatePenalties``, ``CheckCellMetadata``),
    then the autograded notebook, grading notes on top, is written.
@@ -39,6 +40,7 @@ import time
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import nbformat
 from nbformat import NotebookNode
@@ -59,6 +61,9 @@ from grading.sanitize import (
     with_grader_cells,
     without_grader_cells,
 )
+
+if TYPE_CHECKING:
+    from grading.cluster import ClusterPool
 
 __all__ = [
     "Graded",
@@ -109,6 +114,7 @@ class Summary:
     skipped: list[Submission] = field(default_factory=list)  # already autograded and not newer
     ignored: list[str] = field(default_factory=list)  # submissions of assignments nbgrader does not know
     seconds: float = 0.0
+    coordinator_seconds: float = 0.0  # spent in this process preparing, sending and recording (the serial part)
     protections: Protections | None = None
     uids: list[int] = field(default_factory=list)
 
@@ -180,7 +186,7 @@ def find_submissions(
     with course.gradebook() as gb:
         known = sorted(a.name for a in gb.assignments)
     if not known:
-        raise CourseError(f"the gradebook {course.db_url} has no assignments: run `course release` first")
+        raise CourseError(f"the gradebook {course.db_label} has no assignments: run `course release` first")
     unknown = sorted(set(assignments or []) - set(known))
     if unknown:
         raise CourseError(f"no assignment {', '.join(unknown)} in the gradebook (released: {', '.join(known)})")
@@ -499,13 +505,14 @@ def autograde(
     students: list[str] | None = None,
     force: bool = True,
     progress: bool = True,
-    pool: WorkerPool | None = None,
+    pool: WorkerPool | ClusterPool | None = None,
     notebooks: str | None = None,
 ) -> Summary:
     """Grade every matching submission; see the module docstring.
 
     ``pool`` is a started ``WorkerPool`` to use (the command starts one before importing
-    this module, so that the workers get ready meanwhile); by default one of ``jobs``
+    this module, so that the workers get ready meanwhile), or a connected
+    ``grading.cluster.ClusterPool`` to grade on a Dask cluster; by default one of ``jobs``
     workers is started first thing. ``notebooks`` is nbgrader's ``--notebook`` glob
     (default: the config's ``CourseDirectory.notebook_id``, ``*``): only the notebooks it
     matches are graded and written; the others' autograded files stay.
@@ -518,7 +525,7 @@ def autograde(
         if pool is not None:
             return _autograde(course, pool, limits, selection, progress)
         protections = protections or detect()
-        hide = [p for p in (course.root, course.notebooks) if p is not None]
+        hide = course.hidden_paths()
         with WorkerPool(jobs, protections, Limits(), hide) as started:  # the workers get ready meanwhile
             return _autograde(course, started, limits, selection, progress)
 
@@ -537,6 +544,7 @@ def _autograde(course, pool, limits, selection, progress) -> Summary:
     run = _Run(course, summary, glob)
     jobs_of: dict[str, tuple[Submission, str, Prepared]] = {}
     bar = _progress(sum(len(_matching(s.notebooks, glob)) for s in todo), progress)
+    busy = time.monotonic()  # the coordinator's own time (preparing, sending, recording): the serial part
     for sub in todo:  # the workers run the first notebooks while the next submissions are prepared
         prepared = run.start(sub)
         run.pending[sub]["left_names"] = [name for name, _ in prepared]
@@ -553,7 +561,9 @@ def _autograde(course, pool, limits, selection, progress) -> Summary:
                 bar.update(1)
         if run.pending[sub]["left"] == 0:
             run.done(sub)
+    summary.coordinator_seconds = time.monotonic() - busy
     for key, result in pool.results():
+        busy = time.monotonic()
         sub, name, item = jobs_of[key]
         notes = item.notes + result.get("notes", [])
         if "nb" in result:
@@ -564,6 +574,7 @@ def _autograde(course, pool, limits, selection, progress) -> Summary:
         run.finish(sub, name, nb, notes, result.get("seconds", 0.0))
         if run.pending[sub]["left"] == 0:
             run.done(sub)
+        summary.coordinator_seconds += time.monotonic() - busy
         bar.update(1)
     summary.uids = pool.uids
     bar.close()

@@ -69,7 +69,19 @@ def _parser() -> argparse.ArgumentParser:
     collect.add_argument("--student-pattern", help=r"regex with a (?P<student>...) group, e.g. '(?P<student>[^_]+)_'")
 
     autograde = steps.add_parser("autograde", help="grade the collected submissions")
-    autograde.add_argument("--jobs", "-j", type=int, default=2, help="notebooks graded at once (default 2)")
+    autograde.add_argument("--jobs", "-j", type=int, help="notebooks graded at once on this machine (default 2)")
+    autograde.add_argument(
+        "--scheduler",
+        metavar="ADDRESS",
+        help="grade on this Dask cluster: the scheduler's address (tcp://host:8786) or its scheduler file",
+    )
+    autograde.add_argument(
+        "--scheduler-timeout",
+        type=float,
+        default=30.0,
+        metavar="SECONDS",
+        help="wait this long to reach the scheduler and for its first worker (default 30)",
+    )
     autograde.add_argument("--assignment", action="append", help="only this assignment (repeatable)")
     autograde.add_argument("--student", action="append", help="only this student (repeatable)")
     autograde.add_argument("--force", action="store_true", help="regrade submissions graded before")
@@ -122,17 +134,27 @@ def _collect(course, args) -> int:
     return 0
 
 
-def _autograde(course, args) -> int:
+def _pool(course, args):  # -> WorkerPool | ClusterPool, not yet started
+    """Where the notebooks run: this machine's grading workers, or a Dask cluster's (``--scheduler``)."""
+    if args.scheduler:
+        from grading.cluster import ClusterPool
+
+        return ClusterPool(args.scheduler, args.sandbox, course.hidden_paths(), timeout=args.scheduler_timeout)
     from grading.sandbox.worker import WorkerPool
 
+    protections = detect(args.sandbox)
+    print(protections.describe(), file=sys.stderr)
+    return WorkerPool(args.jobs or 2, protections, Limits(), course.hidden_paths())
+
+
+def _autograde(course, args) -> int:
     if args.no_execute:
         from grading.autograde import refuse_no_execute
 
         raise refuse_no_execute("--no-execute")
-    protections = detect(args.sandbox)
-    print(protections.describe(), file=sys.stderr)
-    hide = [p for p in (course.root, course.notebooks) if p is not None]
-    with WorkerPool(args.jobs, protections, Limits(), hide) as pool:  # the workers start while we import
+    with _pool(course, args) as pool:  # local workers start while we import; a cluster is checked first
+        if args.scheduler:
+            print(pool.describe(), file=sys.stderr)
         from grading.autograde import autograde
 
         summary = autograde(
@@ -206,7 +228,10 @@ def main(argv: list[str] | None = None) -> int:
     # notebook schema uses; building its grammar costs about 1.5 s of CPU per process. The command and
     # its workers do without it (jsonschema then skips that format check).
     sys.modules.setdefault("rfc3987_syntax", None)  # type: ignore[assignment]
-    args = _parser().parse_args(argv)
+    parser = _parser()
+    args = parser.parse_args(argv)
+    if args.step == "autograde" and args.scheduler and args.jobs is not None:
+        parser.error("--jobs is for this machine; on a cluster each Dask worker thread grades one notebook at a time")
     in_main_thread = threading.current_thread() is threading.main_thread()
     # A kill stops the run as Ctrl-C does: the jobs in flight are killed, nothing waits for them.
     previous = signal.signal(signal.SIGTERM, _interrupt) if in_main_thread else None

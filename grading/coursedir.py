@@ -197,8 +197,24 @@ class Course:
 
     @property
     def db_path(self) -> Path | None:
-        """The gradebook file, when the gradebook is SQLite."""
+        """The gradebook file, when the gradebook is SQLite (None for a database server)."""
         return Path(self.db_url[len("sqlite:///") :]) if self.db_url.startswith("sqlite:///") else None
+
+    @property
+    def db_label(self) -> str:
+        """The gradebook's URL as it may be printed: a server URL's password is masked."""
+        return _printable_url(self.db_url)
+
+    def hidden_paths(self) -> list[Path]:
+        """What a submission's kernel must not see: the course, its notebooks, a PostgreSQL server's sockets.
+
+        A gradebook on a server is out of the kernel's reach over TCP (the sandbox gives it a
+        network of its own), but not over the server's Unix socket, a file: at the ``userns``
+        level the kernel runs as you, and PostgreSQL's default ``peer`` authentication would let
+        it in as you. So the socket folders are hidden too.
+        """
+        paths = [p for p in (self.root, self.notebooks) if p is not None]
+        return paths + [Path(p) for p in _postgres_socket_dirs(self.db_url)]
 
     def configurable(self, cls, **kwargs):
         """An nbgrader configurable (converter, preprocessor, plugin) built with this course's config."""
@@ -277,8 +293,15 @@ class Course:
         """nbgrader's gradebook of this course (use it as a context manager)."""
         _put_venv_on_path()
         from nbgrader.api import Gradebook
+        from sqlalchemy.exc import ArgumentError, NoSuchModuleError, OperationalError
 
-        return Gradebook(self.db_url, self.course_id)
+        try:
+            return Gradebook(self.db_url, self.course_id)
+        except (OperationalError, ArgumentError, NoSuchModuleError, ImportError) as error:
+            hint = ""
+            if isinstance(error, (NoSuchModuleError, ImportError)):
+                hint = " (its database driver is missing: for PostgreSQL, install the grader's `postgres` extra)"
+            raise CourseError(f"cannot open the gradebook {self.db_label}: {_first_line(error)}{hint}") from error
 
     def api(self):  # -> nbgrader.apps.NbGraderAPI
         """nbgrader's Python API bound to this course."""
@@ -302,6 +325,45 @@ class Course:
                 folder.chmod(0o700)
         if self.db_path is not None and self.db_path.exists():
             self.db_path.chmod(0o600)
+
+
+# libpq's usual socket folders (Debian's, and upstream's default /tmp, which the sandbox replaces anyway)
+_PG_SOCKET_DIRS = ("/run/postgresql", "/var/run/postgresql")
+
+
+def _printable_url(url: str) -> str:
+    """``url`` with any password replaced by ``***`` (SQLAlchemy's own rendering)."""
+    from sqlalchemy.engine import make_url
+    from sqlalchemy.exc import ArgumentError
+
+    try:
+        return make_url(url).render_as_string(hide_password=True)
+    except ArgumentError:
+        return url if "@" not in url else "<an unreadable database URL>"
+
+
+def _postgres_socket_dirs(url: str) -> list[str]:
+    """The Unix socket folders a PostgreSQL gradebook's server may listen on (empty for other databases)."""
+    from sqlalchemy.engine import make_url
+    from sqlalchemy.exc import ArgumentError
+
+    try:
+        parsed = make_url(url)
+    except ArgumentError:
+        return []
+    if parsed.get_backend_name() != "postgresql":
+        return []
+    hosts = parsed.query.get("host", ())
+    named = [hosts] if isinstance(hosts, str) else list(hosts)
+    named += [os.environ.get("PGHOST", ""), parsed.host or ""]
+    folders = {os.path.realpath(p) for p in [*named, *_PG_SOCKET_DIRS] if p.startswith("/")}
+    return sorted(p for p in folders if p not in ("/", "/tmp"))
+
+
+def _first_line(error: BaseException) -> str:
+    """An exception's message without SQLAlchemy's trailing background link and statement."""
+    text = str(getattr(error, "orig", None) or error).strip()
+    return text.splitlines()[0] if text else type(error).__name__
 
 
 def _put_venv_on_path() -> None:

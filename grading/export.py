@@ -167,7 +167,7 @@ def export(course: Course, *, roster: Path | None = None, match_column: str = "S
     data = _rows(course)
     assignments, maxima, students, rows = data
     if not rows:
-        raise CourseError(f"the gradebook {course.db_url} has no graded submissions: run `course autograde` first")
+        raise CourseError(f"the gradebook {course.db_label} has no graded submissions: run `course autograde` first")
     course.exports.mkdir(parents=True, exist_ok=True)
     result = Exported()
     grades = course.exports / "grades.csv"

@@ -152,6 +152,8 @@ def feedback(
         what = f" of {', '.join(assignments)}" if assignments else ""
         who = f" from {', '.join(students)}" if students else ""
         raise CourseError(f"no autograded submissions{what}{who} in {course.autograded}: run `course autograde` first")
+    with course.gradebook():  # an unreachable database server is a CourseError here, not nbgrader's traceback
+        pass
     config = _config(course, hide_hidden_tests)
     api = NbGraderAPI(coursedir=course.coursedir, config=config)
     api.log.setLevel("ERROR")

@@ -207,6 +207,8 @@ def release(course: Course, assignments: list[str] | None = None, *, duedate: st
         raise ReleaseError(f"no such assignment in {course.source}: {', '.join(unknown)} (have: {have})")
     _check_markers(course, names)
     course.root.mkdir(parents=True, exist_ok=True)
+    with course.gradebook():  # an unreachable database server is a CourseError here, not nbgrader's traceback
+        pass
     api = course.api()
     written = []
     for name in names:

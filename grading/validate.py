@@ -155,7 +155,7 @@ def validate(
     prepared = prepare(data, spec)
     result.notes += [n for n in prepared.notes if "had been edited" not in n]
     protections = protections or detect()
-    hide = [course.root] if course else []
+    hide = course.hidden_paths() if course else []
     job = {"nb": with_grader_cells(prepared.nb), "files": str(path.parent)}
     measured: set[str] = set()
     if release is not None:  # measured tests only from the release's test cells, never from the learner's file

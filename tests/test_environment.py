@@ -65,3 +65,24 @@ def test_gpu_check_installs_what_the_lock_pins():
 
     lock = _pins((ROOT / "requirements.lock").read_text().splitlines())
     assert _pins(NEEDED.values()).items() <= lock.items()
+
+
+def test_lock_holds_what_the_graders_extras_pull_in():
+    """The cluster and PostgreSQL extras' own requirements are pinned too (a worker installs the lock)."""
+    from importlib.metadata import requires
+
+    from packaging.requirements import Requirement
+
+    lock = _pins((ROOT / "requirements.lock").read_text().splitlines())
+    extras = tomllib.loads((ROOT / "grading" / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    todo, seen = [name for pins in extras.values() for name in _pins(pins)], set()
+    while todo:
+        name = todo.pop()
+        if name in seen:
+            continue
+        seen.add(name)
+        assert name in lock, f"requirements.lock lacks {name}, which the grader's extras need"
+        for text in requires(name) or []:
+            requirement = Requirement(text)
+            if requirement.marker is None or requirement.marker.evaluate({"extra": ""}):
+                todo.append(requirement.name.lower().replace("_", "-"))

@@ -22,6 +22,16 @@ needs-manual-grade flag, and prints the wall times, the ratio nbgrader / course,
 grader's overhead over bare execution. It is a measurement, not a test: nothing is
 asserted about speed. The machine and its load average are printed, because both change
 the figures.
+
+``--cluster`` compares ``course autograde --jobs N`` with grading on a Dask cluster instead:
+a scheduler and N single-thread workers started here (``dask scheduler``, ``dask worker
+--nthreads 1``, as the instructor guide starts them by hand; their start is not timed).
+Both grade the class in this process, through ``grading.autograde.autograde`` (the
+command's code path, with a ``WorkerPool`` or a ``ClusterPool``; the coordinator's imports
+are made before either clock starts), and it prints both wall times, the cluster's overhead,
+the grades compared cell by cell, and the per-notebook costs an estimate for a bigger class
+needs: seconds in the grading workers, seconds in the coordinator (preparing, sending,
+recording: the part that does not spread over machines) and the cluster's own overhead.
 """
 
 from __future__ import annotations
@@ -43,6 +53,8 @@ from nbclient import NotebookClient
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))  # the grading package, when run without `make install`
 sys.path.insert(0, str(REPO / "tests" / "fixtures" / "grading"))
+
+sys.path.insert(0, str(REPO / "tests"))  # the test suite's local Dask cluster (dask_cluster.py)
 
 from grading.coursedir import Course  # noqa: E402
 from grading.release import release  # noqa: E402
@@ -121,12 +133,61 @@ def _timed(argv: list[str], cwd: Path, env: dict[str, str]) -> float:
     return seconds
 
 
+def _differ(theirs: dict, ours: dict) -> dict:
+    return {k: (theirs.get(k), ours.get(k)) for k in theirs.keys() | ours.keys() if theirs.get(k) != ours.get(k)}
+
+
+def _cluster_benchmark(tmp: Path, base: Course, jobs: int) -> None:
+    """``--jobs N`` here against a local Dask cluster of N single-thread workers; see the module docstring."""
+    from dask_cluster import DaskCluster
+
+    from grading.autograde import autograde, find_submissions
+    from grading.cluster import ClusterPool
+
+    local, remote = Course(tmp / "local", base.notebooks), Course(tmp / "remote", base.notebooks)
+    shutil.copytree(base.root, local.root)
+    shutil.copytree(base.root, remote.root)
+    find_submissions(local)  # the coordinator's imports (nbgrader, SQLAlchemy) before either clock starts
+    notebooks = sum(len(Course.notebook_names(folder)) for _, _, folder in base.submissions())
+    print(f"machine: {platform.machine()}, {os.cpu_count()} cores, load average {os.getloadavg()[0]:.1f}")
+    print(f"class: {len(base.submissions())} submissions, {notebooks} notebooks of {', '.join(base.assignments())}")
+    with DaskCluster(tmp / "dask", workers=jobs) as cluster:
+        started = time.perf_counter()
+        here = autograde(local, jobs=jobs, progress=False)
+        mine = time.perf_counter() - started
+        print(f"course autograde --jobs {jobs}:                  {mine:7.1f} s")
+        started = time.perf_counter()
+        with ClusterPool(cluster.address, "auto", remote.hidden_paths()) as pool:
+            there = autograde(remote, pool=pool, progress=False)
+        theirs = time.perf_counter() - started
+        print(f"course autograde --scheduler ({jobs} x 1 thread): {theirs:7.1f} s (connecting and checking included)")
+    differ = _differ(_grades(local), _grades(remote))
+    print(f"grades: {len(_grades(local))} graded cells; {'identical' if not differ else f'{len(differ)} DIFFER'}")
+    print(f"cluster overhead over --jobs {jobs}:         {100 * (theirs / mine - 1):+6.1f} %")
+    for name, summary, wall in (("--jobs", here, mine), ("cluster", there, theirs)):
+        worker = sum(g.seconds for g in summary.graded) / notebooks
+        coordinator = summary.coordinator_seconds / notebooks
+        print(
+            f"per notebook ({name:7}): {worker:5.2f} s in a grading worker, {coordinator:5.3f} s in the coordinator, "
+            f"{wall * jobs / notebooks:5.2f} s of wall time x slots"
+        )
+    print(f"cluster overhead per notebook: {(theirs - mine) * jobs / notebooks:+.3f} s per slot")
+    print(f"load average at the end: {os.getloadavg()[0]:.1f}")
+    if differ or here.errors or there.errors:
+        for key, (a, b) in sorted(differ.items())[:10]:
+            print(f"  {key}: --jobs {a}, cluster {b}")
+        raise SystemExit(1)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--notebook", type=Path, default=FIXTURE)
     parser.add_argument("--compat", action="store_true", help="grade the compatibility course instead")
     parser.add_argument("--students", type=int, default=20)
     parser.add_argument("--jobs", type=int, default=2)
+    parser.add_argument(
+        "--cluster", action="store_true", help="compare --jobs N with a local Dask cluster of N one-thread workers"
+    )
     args = parser.parse_args()
 
     env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
@@ -137,6 +198,9 @@ def main() -> None:
             base = _compat_class(tmp, args.students)
         else:
             base = _one_notebook_class(tmp, args.notebook, args.students)
+        if args.cluster:
+            _cluster_benchmark(tmp, base, args.jobs)
+            return
         assignments = base.assignments()
         plain, mine = Course(tmp / "plain"), Course(tmp / "mine")
         shutil.copytree(base.root, plain.root)
@@ -167,11 +231,7 @@ def main() -> None:
         print(f"course autograde --jobs {args.jobs}:       {ours:7.1f} s")
 
         theirs, our_grades = _grades(plain), _grades(mine)
-        differ = {
-            k: (theirs.get(k), our_grades.get(k))
-            for k in theirs.keys() | our_grades.keys()
-            if theirs.get(k) != our_grades.get(k)
-        }
+        differ = _differ(theirs, our_grades)
         print(
             f"grades: {len(theirs)} graded cells from nbgrader, {len(our_grades)} from course; "
             f"{'identical' if not differ else f'{len(differ)} DIFFER'}"

@@ -192,7 +192,11 @@ def run_job(job: dict) -> dict:
         os.chown(workdir, uid, uid)
     if files is not None:
         try:
-            skipped = _copy_files(Path(f"/proc/self/fd/{files}"), workdir, uid, limits.disk_bytes // 2)
+            # files a cluster's coordinator already left out come first ("skipped"), in its words
+            skipped = [
+                *job.get("skipped", []),
+                *_copy_files(Path(f"/proc/self/fd/{files}"), workdir, uid, limits.disk_bytes // 2),
+            ]
         finally:
             os.close(files)
         if skipped:
@@ -353,19 +357,32 @@ class WorkerPool:
             os.unlink(self._log.name)
 
     def submit(self, task_id: str, task: dict) -> None:
-        """Queue a job: ``{"nb": notebook dict, "files": folder or None, "measured": grading.measure jobs}``."""
+        """Queue a job: ``{"nb": notebook dict, "files": folder or None, "measured": grading.measure jobs}``.
+
+        A cluster's job adds ``"skipped"``: the files its coordinator left out of the folder
+        (``_copy_files``'s words), reported with the ones left out here.
+        """
         self._submitted += 1
         self._todo.put((task_id, task))
 
     def results(self) -> Iterator[tuple[str, dict]]:
         """(task id, result) of every submitted job, as they finish."""
         while self._submitted:
-            task_id, result = self._done.get()
-            self._submitted -= 1
-            if result.get("error") == "the grading worker died":
-                self._crashed = True
-                result["error"] += f" (its log: {self._log.name})"
-            yield task_id, result
+            found = self.next_result()
+            assert found is not None
+            yield found
+
+    def next_result(self, timeout: float | None = None) -> tuple[str, dict] | None:
+        """The next finished job's (task id, result); None when none finishes within ``timeout`` seconds."""
+        try:
+            task_id, result = self._done.get(timeout=timeout)
+        except queue.Empty:
+            return None
+        self._submitted -= 1
+        if result.get("error") == "the grading worker died":
+            self._crashed = True
+            result["error"] += f" (its log: {self._log.name})"
+        return task_id, result
 
     def run(self, tasks: list[tuple[str, dict]]) -> Iterator[tuple[str, dict]]:
         """Yield (task id, result) for every (task id, job) as they finish."""
@@ -387,6 +404,7 @@ class WorkerPool:
                     "nb": task["nb"],
                     "files": task.get("files"),
                     "measured": task.get("measured") or [],
+                    "skipped": task.get("skipped") or [],
                     "slot": slot,
                     "limits": self.limits.to_dict(),
                     "level": self.protections.level,

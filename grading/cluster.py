@@ -1,0 +1,502 @@
+"""Grade on a Dask cluster: ``course autograde --scheduler ADDRESS``.
+
+Contract: ``ClusterPool(address, sandbox, hide)`` is a grading pool with the interface of
+``sandbox.worker.WorkerPool`` (``jobs``, ``protections``, ``limits``, ``uids``, ``submit``,
+``results``, a context manager), so ``autograde`` grades a class on an existing
+``dask.distributed`` cluster through its one code path: the gradebook, the staging folders,
+the notes, the progress bar and a stop midway are the same as on one machine. Importing
+this module does not import Dask (the ``cluster`` extra).
+
+* **Connecting** (entering the pool): ``address`` is the scheduler's, as ``dask worker``
+  takes it (``tcp://host:8786``, ``tls://...``), or the JSON file ``dask scheduler
+  --scheduler-file`` writes. An unreachable scheduler, or one without a worker within
+  ``timeout`` seconds, raises ``CourseError`` before anything is written.
+* **Checking** (``environment``): every worker runs the same check as this process:
+  Python, the platform, the versions of torch, numpy, nbgrader, nbformat, nbclient,
+  ipykernel, jupyter-client, dask, distributed, cloudpickle, msgpack, course-grading and
+  course-utils, and a hash of the ``grading`` and ``course_utils`` sources (an edited
+  checkout differs). A worker that differs is refused with what differs; so is a worker
+  where no sandbox works (level ``none``) unless ``sandbox`` is ``"none"``. A worker that
+  joins later is checked by its first task, which refuses to grade (the run stops with the
+  same message; what was graded is kept).
+* **Grading**: each job is one Dask task (``grade``) that carries everything it needs: the
+  prepared notebook, the assignment's other files (zipped here as the local worker would
+  copy them, ``worker._copy_files``; what it would leave out is named in the job), the
+  measured tests with their referee's source, the limits. On the worker the task unpacks the
+  files into a folder of its own under the worker's local directory and runs the job through
+  a one-slot ``WorkerPool`` of the worker thread running it: a grading worker process started
+  as locally, so each notebook gets the same jail, limits and guard. Nothing of a task stays
+  in the Dask worker's process; the grading worker is reused by the thread's next task, as a
+  local worker is by its next job. The result (the executed notebook, notes, seconds) comes
+  back here; only this process writes the gradebook and ``autograded/``.
+* **Faults**: a worker that dies mid-task: the scheduler runs the task again on another
+  (Dask's ``distributed.scheduler.allowed-failures``, 3 by default; past that the notebook
+  is a grader error, as when a local grading worker dies). Each task's key names its job and
+  a result is taken once per key, so nothing is recorded twice. Leaving the pool early
+  (Ctrl-C, SIGTERM, an error) cancels every task; a running one notices within a second and
+  kills its grading worker, and with it the kernel.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.metadata
+import importlib.util
+import io
+import json
+import os
+import platform
+import secrets
+import shutil
+import sys
+import tempfile
+import threading
+import zipfile
+from collections.abc import Iterator
+from pathlib import Path, PurePosixPath
+from typing import Any
+
+from grading.coursedir import CourseError, counted
+from grading.sandbox.protections import Limits, Protections, detect
+
+__all__ = ["PACKAGES", "ClusterPool", "WorkerRefused", "differences", "environment", "grade"]
+
+PACKAGES = (
+    "torch",
+    "numpy",
+    "nbgrader",
+    "nbformat",
+    "nbclient",
+    "ipykernel",
+    "jupyter-client",
+    "course-grading",
+    "course-utils",
+    "dask",
+    "distributed",
+    "cloudpickle",
+    "msgpack",
+)
+"""The distributions whose versions a worker must share with the coordinator."""
+
+_SCATTER_BYTES = 1 << 20  # files larger than this go to the cluster once per submission, not inside each task
+_POLL_SECONDS = 0.5  # how often a running task looks whether it was cancelled
+_LEVELS = ("none", "userns", "root")  # weakest first
+
+
+class WorkerRefused(RuntimeError):
+    """A worker whose environment differs from the coordinator's (the message says how)."""
+
+
+class _Cancelled(RuntimeError):
+    """The task was cancelled while it ran: its grading worker and kernel were killed."""
+
+
+# -- the environment check ---------------------------------------------------------------------
+
+
+def _source_hash(folder: Path | None, skip: tuple[str, ...] = ()) -> str:
+    """A short hash of every ``.py`` file under ``folder`` (names and contents), ``skip`` folders left out."""
+    if folder is None or not folder.is_dir():
+        return "not installed"
+    digest = hashlib.sha256()
+    for path in sorted(folder.rglob("*.py")):
+        relative = path.relative_to(folder)
+        if relative.parts[0] in skip or "__pycache__" in relative.parts:
+            continue
+        digest.update(relative.as_posix().encode() + b"\0" + path.read_bytes() + b"\0")
+    return digest.hexdigest()[:16]
+
+
+def _package_folder(name: str) -> Path | None:
+    """Where a top-level package lives, found without importing it."""
+    spec = importlib.util.find_spec(name)
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    return Path(next(iter(spec.submodule_search_locations)))
+
+
+def environment() -> dict[str, str]:
+    """What decides a grade besides the submission: interpreter, platform, package versions, grader sources.
+
+    ``grading/course/`` (a course directory, not code) is left out of the grader's hash: a
+    course's referee travels with each job.
+    """
+    found = {
+        "python": f"{platform.python_implementation()} {platform.python_version()}",
+        "platform": f"{sys.platform} {platform.machine()}",
+    }
+    for name in PACKAGES:
+        try:
+            found[name] = importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            found[name] = "not installed"
+    found["grading source"] = _source_hash(Path(__file__).resolve().parent, skip=("course",))
+    found["course_utils source"] = _source_hash(_package_folder("course_utils"))
+    return found
+
+
+def differences(here: dict[str, str], there: dict[str, str]) -> list[str]:
+    """What differs between two ``environment()`` s, in words: ``torch 2.12.0 there, 2.13.0 here``."""
+    return [
+        f"{key} {there.get(key, 'unknown')} there, {here.get(key, 'unknown')} here"
+        for key in sorted(here.keys() | there.keys())
+        if here.get(key) != there.get(key)
+    ]
+
+
+def _facts(sandbox: str, dask_worker: Any = None) -> dict[str, Any]:
+    """A worker's environment, machine and sandbox (run on each worker by ``Client.run``)."""
+    from distributed.comm import get_address_host
+
+    protections = _protections(sandbox)
+    return {
+        "environment": environment(),
+        "host": get_address_host(dask_worker.address),
+        "cores": _cores(),
+        "nthreads": dask_worker.state.nthreads,
+        "level": protections.level,
+        "notes": list(protections.notes),
+    }
+
+
+def _cores() -> int:
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+
+
+_detected: dict[str, Protections] = {}
+
+
+def _protections(sandbox: str) -> Protections:
+    """The sandbox level this worker's machine allows (probed once per process and requested level)."""
+    if sandbox not in _detected:
+        _detected[sandbox] = detect(sandbox)
+    return _detected[sandbox]
+
+
+def _refusal(sandbox: str, facts: dict[str, Any], here: dict[str, str]) -> str | None:
+    """Why a worker may not grade (None when it may)."""
+    differ = differences(here, facts["environment"])
+    if differ:
+        return "its environment differs from this machine's: " + "; ".join(differ)
+    if facts["level"] == "none" and sandbox != "none":
+        return (
+            "no sandbox works there (neither root nor user namespaces), so a submission could reach the "
+            "unauthenticated Dask scheduler and every worker; run the worker as root or enable user "
+            "namespaces, or pass --sandbox none knowingly"
+        )
+    return None
+
+
+# -- files travel with the task ------------------------------------------------------------------
+
+
+def pack_files(folder: str | None, budget: int) -> tuple[bytes, list[str]]:
+    """The assignment's other files as a zip, chosen as a local worker would copy them, and what was left out.
+
+    The choice is ``worker._copy_files``'s own (notebooks, checkpoints, symbolic links and
+    everything past ``budget`` bytes or its file count stay out), made into a scratch folder
+    that is zipped; the left-out list travels in the job, so the learner's note is the same.
+    """
+    from grading.sandbox.worker import _copy_files
+
+    buffer = io.BytesIO()
+    with tempfile.TemporaryDirectory(prefix="course-pack-") as scratch, zipfile.ZipFile(buffer, "w") as archive:
+        skipped = _copy_files(Path(folder), Path(scratch), None, budget) if folder else []
+        for path in sorted(Path(scratch).rglob("*")):
+            name = path.relative_to(scratch).as_posix()
+            if path.is_dir():
+                archive.writestr(name + "/", b"")
+            else:
+                archive.write(path, name)
+    return buffer.getvalue(), skipped
+
+
+def unpack_files(blob: bytes, folder: Path) -> None:
+    """Recreate a ``pack_files`` zip in ``folder``; a name that would land outside it is refused."""
+    folder.mkdir(parents=True)
+    with zipfile.ZipFile(io.BytesIO(blob)) as archive:
+        for info in archive.infolist():
+            name = PurePosixPath(info.filename)
+            if name.is_absolute() or ".." in name.parts or not name.parts:
+                raise ValueError(f"refusing a file named {info.filename!r} in the task's files")
+            target = folder.joinpath(*name.parts)
+            if info.is_dir():
+                target.mkdir(parents=True, exist_ok=True)
+            else:
+                target.parent.mkdir(parents=True, exist_ok=True)
+                target.write_bytes(archive.read(info))
+
+
+# -- on a worker ---------------------------------------------------------------------------------
+
+_local = threading.local()  # each Dask worker thread's one-slot grading pool
+
+
+def _thread_pool(protections: Protections, hide: list[str]):  # -> WorkerPool
+    """This thread's one-slot ``WorkerPool`` (its grading worker is started once, as a local worker is)."""
+    from grading.sandbox.worker import WorkerPool
+
+    wanted = (protections, tuple(hide))
+    pool = getattr(_local, "pool", None)
+    if pool is not None and _local.wanted != wanted:  # another course's run: another hide list
+        _local.pool = None
+        pool.__exit__(None, None, None)
+        pool = None
+    if pool is None:
+        pool = WorkerPool(1, protections, Limits(), [Path(p) for p in hide]).__enter__()
+        _local.pool, _local.wanted = pool, wanted
+    return pool
+
+
+def _kill_thread_pool() -> None:
+    """Kill this thread's grading worker, and so the kernel it runs; the next task starts a new one."""
+    pool = getattr(_local, "pool", None)
+    _local.pool = None
+    if pool is not None:
+        pool.__exit__(_Cancelled, _Cancelled(), None)
+
+
+def _cancelled(worker: Any, key: str) -> bool:
+    """Whether the scheduler has let go of this task (cancelled, or its client gone) or the worker is closing."""
+    task = worker.state.tasks.get(key)
+    return task is None or task.state in {"cancelled", "released"} or worker.status.name in {"closing", "closed"}
+
+
+def _threads(worker: Any, host_slots: dict[str, int]) -> int:
+    """Threads per kernel: this machine's cores over the grading slots on it (as ``cores // jobs`` locally)."""
+    from distributed.comm import get_address_host
+
+    slots = host_slots.get(get_address_host(worker.address)) or worker.state.nthreads
+    return max(1, _cores() // max(1, slots))
+
+
+def grade(payload: bytes, files: bytes | None, key: bytes) -> dict:
+    """The Dask task: grade one notebook on this worker, as a local grading worker does; return its result.
+
+    ``payload`` is the job as JSON (bytes, so that Dask never reads its strings as task
+    keys), ``files`` the zip of ``pack_files`` (None when it could not be read), ``key`` the
+    task's own key. Raises ``WorkerRefused`` on a worker that differs from the coordinator.
+    """
+    from distributed import get_worker
+
+    worker = get_worker()
+    job = json.loads(payload)
+    facts = {"environment": environment(), "level": _protections(job["sandbox"]).level}
+    why = _refusal(job["sandbox"], facts, job["environment"])
+    if why:
+        raise WorkerRefused(f"worker {worker.address} refused: {why}")
+    root = Path(worker.local_directory) / "course-grading"
+    root.mkdir(mode=0o700, exist_ok=True)
+    scratch = Path(tempfile.mkdtemp(prefix="task-", dir=root))
+    try:
+        task = {"nb": job["nb"], "files": None, "measured": job["measured"], "skipped": job["skipped"]}
+        if files is not None:
+            unpack_files(files, scratch / "files")
+            task["files"] = str(scratch / "files")
+        # the kernel sees neither the course (when it is on this machine) nor this worker's other tasks
+        pool = _thread_pool(_protections(job["sandbox"]), [*job["hide"], worker.local_directory])
+        pool.limits = Limits(**{**job["limits"], "threads": _threads(worker, job["host_slots"])})
+        pool.submit("job", task)
+        return _wait(pool, worker, key.decode())
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+def _wait(pool: Any, worker: Any, key: str) -> dict:
+    """The job's result; if the task is cancelled meanwhile, its grading worker is killed and ``_Cancelled`` raised."""
+    while True:
+        found = pool.next_result(timeout=_POLL_SECONDS)
+        if found is not None:
+            return found[1]
+        if _cancelled(worker, key):
+            _kill_thread_pool()
+            raise _Cancelled(f"task {key} was cancelled")
+
+
+# -- the coordinator's side ----------------------------------------------------------------------
+
+
+def scheduler_address(target: str) -> str:
+    """The scheduler's address: ``target`` itself, or the ``address`` in a scheduler file."""
+    if "://" in target or not (target.endswith(".json") or os.sep in target or Path(target).is_file()):
+        return target
+    path = Path(target)
+    try:
+        return str(json.loads(path.read_text(encoding="utf-8"))["address"])
+    except (OSError, ValueError, KeyError, TypeError) as error:
+        raise CourseError(
+            f"cannot read the scheduler's address from {path} ({type(error).__name__}: {error}); "
+            "give the file `dask scheduler --scheduler-file` wrote, or the address, e.g. tcp://host:8786"
+        ) from error
+
+
+class ClusterPool:
+    """A Dask cluster as a grading pool (``WorkerPool``'s interface); see the module docstring."""
+
+    def __init__(self, address: str, sandbox: str = "auto", hide: list[Path] | None = None, timeout: float = 30.0):
+        self.address = address
+        self.sandbox = sandbox
+        self.hide = [str(p) for p in hide or []]
+        self.timeout = timeout
+        self.jobs = 0  # worker threads of the cluster, once connected
+        self.limits = Limits()  # ``threads`` is decided on each worker (its cores over its machine's slots)
+        self.protections = Protections("none")  # the weakest worker's level, once connected
+        self.uids: list[int] = []  # grading users are leased on the workers' machines
+        self.workers: dict[str, dict[str, Any]] = {}  # address -> facts
+        self._client: Any = None
+        self._completed: Any = None
+        self._environment: dict[str, str] = {}
+        self._host_slots: dict[str, int] = {}
+        self._run = secrets.token_hex(4)
+        self._pending: dict[str, Any] = {}  # task key -> future
+        self._ids: dict[str, str] = {}  # task key -> the caller's task id
+        self._notes: dict[str, list[str]] = {}  # task id -> notes of this side (files unreadable)
+        self._packed: tuple[str | None, Any, list[str]] | None = None  # the last folder packed
+
+    # -- connecting -----------------------------------------------------------------------------
+
+    def __enter__(self) -> ClusterPool:
+        try:
+            from distributed import Client, as_completed
+        except ImportError as error:
+            raise CourseError(
+                "grading on a cluster needs Dask: install the grader's `cluster` extra "
+                "(pip install 'course-grading[cluster]'; `make install` does)"
+            ) from error
+        address = scheduler_address(self.address)
+        try:
+            self._client = Client(address, timeout=self.timeout, set_as_default=False)
+        except (OSError, TimeoutError, ValueError) as error:
+            raise CourseError(
+                f"cannot reach the Dask scheduler at {address} within {self.timeout:g} s "
+                f"({type(error).__name__}: {error}); is `dask scheduler` running there, and is the address right?"
+            ) from error
+        try:
+            self._check()
+        except BaseException:
+            self._client.close()
+            raise
+        self._completed = as_completed(loop=self._client.loop)
+        return self
+
+    def _check(self) -> None:
+        """Wait for a worker, then refuse the run if any worker may not grade (every reason named)."""
+        try:
+            self._client.wait_for_workers(1, timeout=self.timeout)
+        except TimeoutError as error:
+            raise CourseError(
+                f"the Dask scheduler at {self._client.scheduler.address} has no worker after {self.timeout:g} s: "
+                "start `dask worker ADDRESS --nthreads 1` on the grading machines"
+            ) from error
+        self._environment = environment()
+        answers = self._client.run(_facts, self.sandbox, on_error="return")
+        problems = []
+        for address, facts in sorted(answers.items()):
+            if isinstance(facts, BaseException):
+                why = f"the grader's check failed there ({type(facts).__name__}: {facts})"
+                why += "; is the course's environment installed there?"
+            else:
+                why = _refusal(self.sandbox, facts, self._environment)
+                self.workers[address] = facts
+            if why:
+                problems.append(f"worker {address} refused: {why}")
+        if problems:
+            raise CourseError("cannot grade on this cluster:\n  " + "\n  ".join(problems))
+        self.jobs = sum(f["nthreads"] for f in self.workers.values())
+        for facts in self.workers.values():
+            self._host_slots[facts["host"]] = self._host_slots.get(facts["host"], 0) + facts["nthreads"]
+        weakest = min((f["level"] for f in self.workers.values()), key=_LEVELS.index)
+        notes = sorted({n for f in self.workers.values() if f["level"] == weakest for n in f["notes"]})
+        self.protections = Protections(weakest, tuple(notes))
+
+    def describe(self) -> str:
+        """The cluster and each worker's sandbox, for the command's first lines."""
+        lines = [
+            f"cluster: {self._client.scheduler.address}, {counted(len(self.workers), 'worker')}, "
+            f"{counted(self.jobs, 'notebook')} at a time"
+        ]
+        for level in _LEVELS[::-1]:
+            at = sorted(a for a, f in self.workers.items() if f["level"] == level)
+            if at:
+                lines.append(f"sandbox on {', '.join(at)}:")
+                notes = sorted({n for a in at for n in self.workers[a]["notes"]})
+                lines += ["  " + line for line in Protections(level, tuple(notes)).describe().splitlines()]
+        return "\n".join(lines)
+
+    # -- the pool's interface -------------------------------------------------------------------
+
+    def submit(self, task_id: str, task: dict) -> None:
+        """Send a job (``WorkerPool.submit``'s dict) to the cluster as one task."""
+        files, skipped = self._files(task_id, task.get("files"))
+        job = {
+            "nb": task["nb"],
+            "measured": task.get("measured") or [],
+            "skipped": skipped,
+            "limits": self.limits.to_dict(),
+            "sandbox": self.sandbox,
+            "hide": self.hide,
+            "environment": self._environment,
+            "host_slots": self._host_slots,
+        }
+        key = f"course-grade-{self._run}-{task_id}"
+        future = self._client.submit(grade, json.dumps(job).encode(), files, key.encode(), key=key, pure=False)
+        self._pending[key], self._ids[key] = future, task_id
+        self._completed.add(future)
+
+    def _files(self, task_id: str, folder: str | None) -> tuple[Any, list[str]]:
+        """The zip of ``folder`` (packed once for a submission's notebooks, sent ahead when large)."""
+        if self._packed is None or self._packed[0] != folder:
+            try:
+                blob, skipped = pack_files(folder, self.limits.disk_bytes // 2)
+            except OSError:
+                blob, skipped = None, []
+            if blob is not None and len(blob) > _SCATTER_BYTES:
+                blob = self._client.scatter(blob, hash=False)
+            self._packed = (folder, blob, skipped)
+        _, blob, skipped = self._packed
+        if blob is None:
+            from grading.sandbox.execute import GRADER_PROBLEM
+
+            self._notes[task_id] = [f"{GRADER_PROBLEM}: the assignment's files in {folder} could not be read."]
+        return blob, skipped
+
+    def results(self) -> Iterator[tuple[str, dict]]:
+        """(task id, result) of every submitted job, as they finish, each once."""
+        for future in self._completed:
+            task_id = self._ids.pop(future.key, None)
+            if task_id is None:
+                continue
+            result = self._outcome(future)
+            result["notes"] = [*self._notes.pop(task_id, []), *result.get("notes", [])]
+            del self._pending[future.key]
+            future.release()
+            yield task_id, result
+
+    def _outcome(self, future: Any) -> dict:
+        """A finished task's result; a task that could not run becomes a grader error, a refusal stops the run."""
+        from distributed.client import FutureCancelledError
+        from distributed.scheduler import KilledWorker
+
+        try:
+            return dict(future.result())
+        except WorkerRefused as refused:
+            raise CourseError(f"{refused}; the submissions graded so far are kept") from refused
+        except FutureCancelledError as error:
+            raise CourseError(
+                f"the Dask scheduler dropped the grading tasks ({error}); the submissions graded so far are kept, "
+                "run the command again to grade the rest"
+            ) from error
+        except KilledWorker as error:
+            why = f"every Dask worker that took it died ({error})"
+        except Exception as error:  # the task's own failure on the worker: a grader error for this notebook
+            why = f"{type(error).__name__}: {error}"
+        return {"error": f"the cluster could not grade it: {why}", "notes": [], "seconds": 0.0}
+
+    def __exit__(self, exc_type, *exc_info) -> None:
+        """Cancel what is left (a stop midway: each running task kills its kernel), then disconnect."""
+        try:
+            if self._pending:
+                self._client.cancel(list(self._pending.values()), force=True, reason="course autograde stopped")
+                self._pending.clear()
+        finally:
+            self._client.close()

@@ -1,0 +1,379 @@
+"""Grading on a real Dask cluster: a scheduler and two single-thread workers on 127.0.0.1 (``dask_cluster.py``).
+
+The same class is graded on this machine (``--jobs 2``) and on the cluster, from identical
+copies: the gradebooks must agree cell by cell, on the compatibility course (written
+answers, a data file, a late penalty, a missing notebook) and on the torch fixture
+notebook (with a submission that snoops for files it must not see). Then the faults: a
+measured test and the assignment's files travel with the task; a worker killed mid-task
+loses nothing and counts nothing twice; a worker whose environment differs, an
+unreachable scheduler and a stopped run write nothing they should not.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import nbformat
+import pytest
+from dask_cluster import DaskCluster
+from nbformat.v4 import new_code_cell, new_notebook
+
+from grading.autograde import autograde
+from grading.cli import main
+from grading.cluster import ClusterPool, differences, environment, pack_files, unpack_files
+from grading.collect import collect
+from grading.coursedir import Course, CourseError
+from grading.measure import measured_tests
+from grading.release import release
+from grading.sandbox.protections import Limits, detect
+from grading.sandbox.worker import WorkerPool
+from grading.sanitize import with_grader_cells, without_grader_cells
+
+REPO = Path(__file__).resolve().parents[1]
+FIXTURES = Path(__file__).parent / "fixtures" / "grading"
+sys.path.insert(0, str(FIXTURES))
+import compat_students  # noqa: E402
+import grading_cases as cases  # noqa: E402
+
+pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the sandbox is Linux-only")
+MARK = "314.159"  # the slow submission's child process: `sleep 314.159`, found by its arguments
+SLOW_CELL = f'import subprocess\nsubprocess.run(["sleep", "{MARK}"])'
+PROTECTIONS = detect()
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    """Two workers whose local directories are outside /tmp (so the jail's hiding them is what hides them)."""
+    (REPO / "build").mkdir(exist_ok=True)
+    folder = Path(tempfile.mkdtemp(prefix="test-dask-", dir=REPO / "build"))
+    try:
+        with DaskCluster(folder, workers=2) as started:
+            yield started
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def compat(tmp_path_factory) -> tuple[Path, Path]:
+    """The compatibility course released once (its folder) and its class's submissions (an inbox)."""
+    root = tmp_path_factory.mktemp("compat")
+    course = Course(root / "course")
+    shutil.copytree(compat_students.COURSE, course.root)
+    release(course, duedate=compat_students.DUE)
+    compat_students.build(course.folder("release", compat_students.ASSIGNMENT), root / "inbox")
+    return course.root, root / "inbox"
+
+
+def _compat_class(compat: tuple[Path, Path], root: Path, *, slow: bool = False) -> Course:
+    """A copy of the released course with the class collected; ``slow``: bob's problems stuck in a slow cell first."""
+    course = Course(root)
+    shutil.copytree(compat[0], course.root)
+    inbox = root.parent / f"{root.name}-inbox"
+    shutil.copytree(compat[1], inbox)
+    if slow:
+        path = inbox / "bob" / "ps1" / "problems.ipynb"
+        nb = nbformat.read(path, as_version=4)
+        nb.cells.insert(0, new_code_cell(SLOW_CELL))
+        nbformat.write(nb, path)
+    collect(course, inbox)
+    return course
+
+
+def _gradebook(course: Course) -> dict[tuple, object]:
+    """Everything autograde records, keyed by (assignment, student, notebook, cell, what)."""
+    found: dict[tuple, object] = {}
+    with course.gradebook() as gb:
+        for assignment in gb.assignments:
+            for sub in assignment.submissions:
+                key = (assignment.name, sub.student.id)
+                found[(*key, "timestamp")] = sub.timestamp
+                for nb in sub.notebooks:
+                    found[(*key, nb.name, "late penalty")] = nb.late_submission_penalty
+                    for grade in nb.grades:
+                        found[(*key, nb.name, grade.cell.name, "auto score")] = grade.auto_score
+                        found[(*key, nb.name, grade.cell.name, "needs manual grade")] = grade.needs_manual_grade
+                    for comment in nb.comments:
+                        found[(*key, nb.name, comment.cell.name, "comment")] = comment.auto_comment
+    return found
+
+
+def _on_cluster(course: Course, cluster: DaskCluster, **kwargs):
+    with ClusterPool(cluster.address, "auto", course.hidden_paths()) as pool:
+        return autograde(course, pool=pool, progress=False, **kwargs)
+
+
+def _notes(summary) -> dict[str, list[str]]:
+    return {g.submission.student: g.notes for g in summary.graded}
+
+
+def _assert_same(local: Course, remote: Course, here, there) -> None:
+    ours, theirs = _gradebook(local), _gradebook(remote)
+    differ = {k: (ours.get(k), theirs.get(k)) for k in ours.keys() | theirs.keys() if ours.get(k) != theirs.get(k)}
+    assert ours and not differ, differ
+    assert _notes(here) == _notes(there)
+    assert not here.errors and not there.errors, there.line()
+
+
+def test_the_compatibility_course_grades_the_same_on_the_cluster(cluster, compat, tmp_path):
+    local, remote = _compat_class(compat, tmp_path / "local"), _compat_class(compat, tmp_path / "remote")
+    here = autograde(local, jobs=2, progress=False)
+    there = _on_cluster(remote, cluster)
+    _assert_same(local, remote, here, there)
+    for (student, _cell), words in compat_students.WRITTEN.items():  # the written answers came back
+        assert words in (remote.folder("autograded", "ps1", student) / "essay.ipynb").read_text()
+    assert (remote.folder("autograded", "ps1", "carol") / "helpers.py").is_file()  # her own file, copied here
+    assert not any(remote.root.rglob(".*.grading"))  # every staging folder was put in place
+
+
+def _torch_class(root: Path) -> Course:
+    course = Course(root=root, notebooks=FIXTURES / "notebooks")
+    release(course)
+    return course
+
+
+def _submit(course: Course, students: dict[str, bytes]) -> None:
+    for student, data in students.items():
+        folder = course.folder("submitted", cases.ASSIGNMENT, student)
+        folder.mkdir(parents=True)
+        (folder / f"{cases.ASSIGNMENT}.ipynb").write_bytes(data)
+
+
+def test_the_torch_notebook_grades_the_same_and_the_sandbox_holds_on_the_workers(cluster, tmp_path):
+    wanted = ("correct", "blank", "partial", "snoops_instructor_files")
+    local, remote = _torch_class(tmp_path / "local"), Course(tmp_path / "remote", FIXTURES / "notebooks")
+    shutil.copytree(local.root, remote.root)
+    released = nbformat.read(local.folder("release", cases.ASSIGNMENT) / f"{cases.ASSIGNMENT}.ipynb", as_version=4)
+    built = {name: data for name, data in cases.build_all(released).items() if name in wanted}
+    _submit(local, built)
+    _submit(remote, built)
+    for name in cluster.workers:  # what another task could leave in a worker's local directory
+        (cluster.folder / name / f"{cases.CANARY}-task.txt").write_text("another learner's files")
+    here = autograde(local, jobs=2, progress=False)
+    there = _on_cluster(remote, cluster)
+    _assert_same(local, remote, here, there)
+    scores = {g.submission.student: g.score for g in there.graded}
+    assert scores == {name: cases.EXPECTED[name] for name in wanted}
+    if PROTECTIONS.namespaces:
+        nb = nbformat.read(remote.folder("autograded", cases.ASSIGNMENT, "snoops_instructor_files")
+                           / f"{cases.ASSIGNMENT}.ipynb", as_version=4)  # fmt: skip
+        snoop = "\n".join(str(o.get("text", "")) for c in nb.cells if c.cell_type == "code" for o in c.outputs)
+        assert "snooping done" in snoop and "READ" not in snoop and "WROTE" not in snoop, snoop
+
+
+REFEREE = """
+from grading.measure import Verdict
+
+
+def referee(rounds):
+    with rounds.start({"entry": "grading.sandbox.rounds:echo"}, "answer") as process:
+        process.wait_ready(60)
+        _, message = process.round({"payload": rounds.answers["answer"]}, timeout=30)
+    assert "def f" in message.arrays["payload"][2].decode(), "no f in the answer"
+    return Verdict(2, "measured outside: the answer defines f")
+"""
+
+
+def _meta(grade_id: str, *, solution: bool = False) -> dict:
+    flags = {"grade_id": grade_id, "schema_version": 3, "task": False, "solution": solution, "locked": not solution}
+    return {"nbgrader": {**flags, "grade": not solution, **({} if solution else {"points": 3})}}
+
+
+MEASURED_CELL = "# course: measure echo_referee answer\nraise RuntimeError('ran in the kernel')"
+
+
+def test_a_measured_test_and_the_assignments_files_travel_with_the_task(cluster, tmp_path):
+    """The referee's source and the files go in the job; what a local worker leaves out is named the same."""
+    (tmp_path / "echo_referee.py").write_text(REFEREE)
+    files = tmp_path / "files"
+    (files / "data").mkdir(parents=True)
+    (files / "data" / "points.csv").write_text("x,y\n1,4\n")
+    (files / "data" / "link.csv").symlink_to(files / "data" / "points.csv")
+    (files / "data" / "big.bin").write_bytes(os.urandom(3 << 20))  # over 1 MiB: sent to the cluster ahead of its task
+    folders = [str(cluster.folder / name) for name in cluster.workers]  # the workers' local directories
+    nb = new_notebook(
+        cells=[
+            new_code_cell("def f():\n    return 1", metadata=_meta("answer", solution=True)),
+            new_code_cell("print(open('data/points.csv').read().split()[1], len(open('data/big.bin', 'rb').read()))"),
+            new_code_cell(f"import os\nprint([os.path.exists(f'{{d}}/course-grading') for d in {folders!r}])"),
+            new_code_cell(MEASURED_CELL, metadata=_meta("measured")),
+        ]
+    )
+    measured, _ = measured_tests(nb, tmp_path)
+    job = {"nb": with_grader_cells(nb), "files": str(files), "measured": measured}
+    [(_, local)] = list(WorkerPool(1, PROTECTIONS, Limits(), []).run([("nb", job)]))
+    with ClusterPool(cluster.address, "auto", []) as pool:
+        pool.submit("nb", job)
+        [(task_id, remote)] = list(pool.results())
+    assert task_id == "nb" and "error" not in remote, remote
+    graded = without_grader_cells(nbformat.from_dict(remote["nb"]), [])
+    assert graded.cells[1].outputs[0]["text"] == f"1,4 {3 << 20}\n"  # the data files were there
+    if PROTECTIONS.namespaces:  # the task's own folder and the other tasks' are hidden from the kernel
+        assert graded.cells[2].outputs[0]["text"] == f"{[False] * len(folders)}\n"
+    assert "measured outside" in graded.cells[3].outputs[0]["text"]  # decided by the referee, not the kernel
+    assert graded.cells[3].outputs == without_grader_cells(nbformat.from_dict(local["nb"]), []).cells[3].outputs
+    assert remote["notes"] == local["notes"] and "data/link.csv (a symbolic link)" in remote["notes"][0]
+
+
+def test_packed_files_cannot_land_outside_their_folder(tmp_path):
+    import io
+    import zipfile
+
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w") as archive:
+        archive.writestr("../escape.txt", b"x")
+    with pytest.raises(ValueError, match=r"escape\.txt"):
+        unpack_files(buffer.getvalue(), tmp_path / "in")
+    assert not (tmp_path / "escape.txt").exists()
+    (tmp_path / "src").mkdir()
+    (tmp_path / "src" / "a.ipynb").write_text("{}")
+    (tmp_path / "src" / "big.bin").write_bytes(b"x" * 2048)
+    blob, skipped = pack_files(str(tmp_path / "src"), budget=1024)
+    unpack_files(blob, tmp_path / "out")
+    assert list((tmp_path / "out").iterdir()) == [] and skipped[0].startswith("big.bin (over the")
+
+
+def _marked() -> list[int]:
+    found = []
+    for entry in Path("/proc").iterdir():
+        try:
+            if entry.name.isdigit() and MARK.encode() in (entry / "cmdline").read_bytes():
+                found.append(int(entry.name))
+        except OSError:
+            pass
+    return found
+
+
+def _wait_for(condition, seconds: float) -> bool:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if condition():
+            return True
+        time.sleep(0.1)
+    return condition()
+
+
+def _ancestors(pid: int) -> set[int]:
+    found = set()
+    while pid > 1:
+        found.add(pid)
+        try:
+            pid = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError):
+            break
+    return found
+
+
+def test_a_worker_killed_mid_task_loses_nothing_and_counts_nothing_twice(cluster, compat, tmp_path):
+    course = _compat_class(compat, tmp_path / "course", slow=True)
+    killed: list[str] = []
+
+    def kill_the_slow_tasks_worker() -> None:
+        assert _wait_for(lambda: bool(_marked()), 120), "the slow cell never started"
+        running = _ancestors(_marked()[0])
+        [name] = [n for n, p in cluster.workers.items() if p.pid in running]
+        cluster.workers[name].kill()  # the machine died: its grading worker and kernel die with it
+        killed.append(name)
+
+    import threading
+
+    killer = threading.Thread(target=kill_the_slow_tasks_worker)
+    killer.start()
+    try:
+        summary = _on_cluster(course, cluster, limits=Limits(cell_timeout=6))
+    finally:
+        killer.join()
+        for name in killed:  # the cluster keeps two workers for the tests after this one
+            cluster.workers.pop(name).wait()
+            cluster.add_worker(f"{name}-again")
+    assert killed and _wait_for(lambda: not _marked(), 10)
+    assert sorted(g.submission.student for g in summary.graded) == ["alice", "bob", "carol"]
+    assert not summary.errors, summary.line()
+    with course.gradebook() as gb:
+        bob = gb.find_submission_notebook("problems", "ps1", "bob")
+        assert len(gb.find_assignment("ps1").submissions) == 3
+        assert any("timed out" in note or "time limit" in note for note in _notes(summary)["bob"]), summary.graded
+        assert bob.score == 1.0  # as without the slow cell (compat_students): the later tests ran elsewhere
+    cluster.wait_for(2)
+
+
+def _nothing_graded(course: Course) -> None:
+    assert not course.autograded.exists()
+    with course.gradebook() as gb:
+        assert not gb.find_assignment("ps1").submissions
+
+
+def test_a_worker_whose_environment_differs_is_refused_before_anything_is_graded(cluster, compat, tmp_path, capsys):
+    fake = tmp_path / "fake-site"
+    (fake / "torch-0.0.1.dist-info").mkdir(parents=True)
+    (fake / "torch-0.0.1.dist-info" / "METADATA").write_text("Metadata-Version: 2.1\nName: torch\nVersion: 0.0.1\n")
+    cluster.add_worker("mismatched", env={"PYTHONPATH": str(fake)})
+    try:
+        cluster.wait_for(3)
+        course = _compat_class(compat, tmp_path / "course")
+        status = main(["--course", str(course.root), "autograde", "--scheduler", cluster.address, "--no-progress"])
+        err = capsys.readouterr().err
+    finally:
+        cluster.stop_worker("mismatched")
+    assert status == 1
+    torch = environment()["torch"]
+    assert f"refused: its environment differs from this machine's: torch 0.0.1 there, {torch} here" in err, err
+    assert "Traceback" not in err and err.count("refused") == 1  # only that worker
+    _nothing_graded(course)
+    cluster.wait_for(2)
+
+
+def test_environment_differences_are_named():
+    here = environment()
+    assert {"python", "torch", "nbgrader", "dask", "distributed", "grading source"} <= here.keys()
+    edited = {**here, "grading source": "0" * 16}
+    assert differences(here, edited) == [f"grading source {'0' * 16} there, {here['grading source']} here"]
+
+
+def test_an_unreachable_scheduler_is_a_clear_error_and_writes_nothing(tmp_path, capsys):
+    import socket
+
+    course = Course(tmp_path / "course")
+    shutil.copytree(compat_students.COURSE, course.root)
+    shutil.copytree(course.folder("source", "ps1"), course.folder("submitted", "ps1", "alice"))
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]  # nothing listens there once closed
+    argv = ["--course", str(course.root), "autograde", "--no-progress"]
+    assert main([*argv, "--scheduler", f"tcp://127.0.0.1:{port}", "--scheduler-timeout", "2"]) == 1
+    err = capsys.readouterr().err
+    assert f"cannot reach the Dask scheduler at tcp://127.0.0.1:{port} within 2 s" in err and "Traceback" not in err
+    assert main([*argv, "--scheduler", str(tmp_path / "missing.json")]) == 1
+    assert "cannot read the scheduler's address from" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as exit_:
+        main([*argv, "--scheduler", f"tcp://127.0.0.1:{port}", "--jobs", "4"])
+    assert exit_.value.code == 2
+    assert not course.autograded.exists() and not (course.root / "gradebook.db").exists()
+    with DaskCluster(tmp_path / "empty", 0) as empty, pytest.raises(CourseError, match=r"has no worker after 0\.5 s"):
+        ClusterPool(empty.address, timeout=0.5).__enter__()
+
+
+def test_sigterm_cancels_the_tasks_kills_their_kernels_and_leaves_the_rest(cluster, compat, tmp_path):
+    course = _compat_class(compat, tmp_path / "course", slow=True)
+    argv = [sys.executable, "-m", "grading", "--course", str(course.root), "autograde", "--no-progress"]
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).parents[1])}
+    run = subprocess.Popen([*argv, "--scheduler", cluster.address], stderr=subprocess.PIPE, text=True, env=env)
+    try:
+        assert _wait_for(lambda: bool(_marked()), 120), "the slow cell never started"
+        run.send_signal(signal.SIGTERM)
+        _, err = run.communicate(timeout=60)
+    finally:
+        run.kill()
+    assert run.returncode == 130, err
+    assert "interrupted; run it again to grade the rest" in err and "Traceback" not in err
+    assert _wait_for(lambda: not _marked(), 10), "the cancelled task's kernel outlived the run"
+    assert not course.folder("autograded", "ps1", "bob").exists(), "an unfinished submission must not look graded"
+    again = ["--course", str(course.root), "autograde", "--no-progress", "--scheduler", cluster.address]
+    assert main([*again, "--cell-timeout", "2"]) == 0  # the next run grades what was left
+    assert (course.folder("autograded", "ps1", "bob") / "problems.ipynb").is_file()
