@@ -15,7 +15,7 @@ TEST_JOBS ?= 2
 # Jupyter refuses to run as root unless told; containers and CI machines often are root.
 ROOT_FLAG := $(if $(filter 0,$(shell id -u)),--allow-root)
 
-.PHONY: lab lab-instructor workspace test colab-test browser-test chromium site install lint release grade-benchmark capstone-benchmark gpu-check set-repo-url clean
+.PHONY: lab lab-instructor workspace test grading-test colab-test browser-test chromium site install lint release grade-benchmark capstone-benchmark gpu-check set-repo-url clean
 
 # Two distributions, both editable: course_utils (this folder's pyproject.toml, what notebooks import)
 # and the grader (grading/pyproject.toml, the `course` command).
@@ -40,7 +40,10 @@ lab-instructor: $(STAMP)  ## open JupyterLab on notebooks/ (solutions, hidden te
 test: $(STAMP)  ## lint, check notebooks, run unit tests and every notebook (small sizes)
 	$(BIN)/ruff check course_utils grading tools tests notebooks docs
 	$(BIN)/nbstripout --verify notebooks/*.ipynb
-	COURSE_QUICK=1 $(BIN)/pytest $(if $(filter-out 1,$(TEST_JOBS)),-n $(TEST_JOBS) --dist loadfile) $(PYTEST_ARGS)
+	COURSE_QUICK=1 $(BIN)/pytest $(if $(filter-out 1,$(TEST_JOBS)),-n $(TEST_JOBS) --dist loadfile) -m "not slow_grading" $(PYTEST_ARGS)
+
+grading-test: $(STAMP)  ## the slow grading tests: notebook 12's exploit corpus, a Dask cluster, a PostgreSQL gradebook, nbgrader fidelity
+	COURSE_QUICK=1 $(BIN)/pytest $(if $(filter-out 1,$(TEST_JOBS)),-n $(TEST_JOBS) --dist loadfile) -m slow_grading $(PYTEST_ARGS)
 
 colab-test: $(STAMP)  ## the Colab path: a fresh venv with only what Colab ships, each student notebook's setup cell, then the notebook
 	COURSE_COLAB_TEST=1 $(BIN)/pytest tests/test_colab.py $(PYTEST_ARGS)

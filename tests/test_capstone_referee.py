@@ -34,6 +34,9 @@ from grading.measure import Rounds, answers_of
 from grading.sandbox.protections import Limits, detect
 from grading.sandbox.rounds import starter
 
+# Each exploit is graded in fresh jailed processes: `make grading-test` (and CI) runs this file, `make test` does not.
+pytestmark = pytest.mark.slow_grading
+
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOK = ROOT / "notebooks" / "12_make_this_training_loop_fast.ipynb"
 ANSWER_IDS = ("ex1_standardize_images", "ex2_train_step", "ex3_fast_train")

@@ -143,7 +143,7 @@ def test_config_options_nothing_reads_are_reported_on_stderr(tmp_path, capsys):
         "c.Execute.timeot = 5\n"
         "c.ClearSolutionz.code_stub = {}\n"
         "c.course_id = 'outside'\n"
-        "c.OnePointPerDay.points = 2\n"  # a plugin's own class: not nbgrader's, left alone
+        "c.MyCoursesPenalty.points = 2\n"  # a plugin's own class, not imported here: left alone
         "c.NbGraderPreprocessor.enabled = True\n"  # a base class: its subclasses read it
         "c.AutogradeApp.permissions = 644\n"  # nbgrader autograde reads it as Autograde.permissions
     )

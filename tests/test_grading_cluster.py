@@ -42,7 +42,11 @@ sys.path.insert(0, str(FIXTURES))
 import compat_students  # noqa: E402
 import grading_cases as cases  # noqa: E402
 
-pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the sandbox is Linux-only")
+# A real cluster in processes of its own: `make grading-test` (and CI) runs it, `make test` does not.
+pytestmark = [
+    pytest.mark.slow_grading,
+    pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the sandbox is Linux-only"),
+]
 MARK = "314.159"  # the slow submission's child process: `sleep 314.159`, found by its arguments
 SLOW_CELL = f'import subprocess\nsubprocess.run(["sleep", "{MARK}"])'
 PROTECTIONS = detect()

@@ -27,6 +27,9 @@ from grading.coursedir import Course, CourseError
 from grading.feedback import feedback
 from grading.release import release
 
+# Plain nbgrader and course on the same courses: `make grading-test` (and CI) runs this file, `make test` does not.
+pytestmark = pytest.mark.slow_grading
+
 A = "ps1"
 STAMP = "2015-02-02 15:58:23.948203 America/Los_Angeles"  # nbgrader's test writes it without a newline
 NEWER = "2015-02-02 16:58:23.948203 America/Los_Angeles"

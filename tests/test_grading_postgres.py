@@ -37,6 +37,9 @@ FIXTURES = Path(__file__).parent / "fixtures" / "grading"
 sys.path.insert(0, str(FIXTURES))
 import compat_students  # noqa: E402
 
+# A PostgreSQL server of its own: `make grading-test` (and CI) runs this file, `make test` does not.
+pytestmark = pytest.mark.slow_grading
+
 A = compat_students.ASSIGNMENT
 
 

@@ -87,6 +87,7 @@ def test_two_gradings_at_once_never_share_a_grading_user():
         second.release()
 
 
+@pytest.mark.slow_grading  # a cold Inductor build: 20 s and more
 def test_torch_compile_runs_in_a_grading_kernel_within_the_limits():
     """Inductor's C++ build writes a precompiled header of about 150 MB: it needs a writable TMPDIR that big.
 
