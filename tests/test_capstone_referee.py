@@ -7,8 +7,9 @@ planting files for later processes. Each is graded by the course's referee
 (``grading/course/capstone_referee.py``) exactly as ``course autograde`` grades it: fresh
 jailed processes for every timed run, tasks drawn when each run starts, the clock and the
 points in the grader's process. The comment on each says what it scored under the grader of
-the previous release, which measured inside the learner's kernel (``grade_fast_train``, on
-this machine; the issue's figures where it gives them).
+the previous release, which measured inside the learner's kernel: ``grade_fast_train`` of commit
+fd42253 on this 2-core machine, each exploit in a fresh process (the issue's figures where it
+gives them).
 
 Expected now: no exploit gets speed points. Those that still train correctly keep the
 correctness points; their honest speed is half the baseline's (they train twice), and each
@@ -112,7 +113,7 @@ def fast_train(task, device):
     losses = torch.zeros(task.steps)
     return TrainsWhenRead(task, device, losses), losses
 ''',
-    # Before: 34.6x with batching alone (the issue); with the baseline's own loop, as here, BEFORE_HOOK.
+    # Before: 34.6x with batching alone (the issue); with the baseline's loop twice over, as here, 3.4x, 6 of 10 points.
     "hook that slows the baseline's model": SLOW_CORE
     + '''
 import time
@@ -126,7 +127,7 @@ def _slow_theirs(module, args):
 
 register_module_forward_pre_hook(_slow_theirs)
 ''',
-    # Before: BEFORE_GIL.
+    # Before: 331.1x, 10 of 10 points.
     "thread holding the GIL while slow_train runs": SLOW_CORE
     + '''
 import sys
@@ -151,7 +152,7 @@ def _hog():
 
 threading.Thread(target=_hog, daemon=True).start()
 ''',
-    # Before: BEFORE_GETITEM.
+    # Before: 3.3x, 6 of 10 points.
     "DigitsPixels.__getitem__ patched": SLOW_CORE
     + '''
 import time
@@ -167,7 +168,7 @@ def _slow_getitem(self, index):
 
 DigitsPixels.__getitem__ = _slow_getitem
 ''',
-    # Before: BEFORE_TANH.
+    # Before: 7.0x, 10 of 10 points.
     "torch.tanh patched": SLOW_CORE
     + '''
 import time
@@ -196,7 +197,7 @@ def fast_train(task, device):
     slow_train(task, device)  # twice: half the baseline's speed
     return slow_train(task, device)
 ''',
-    # Before: BEFORE_CLOCK.
+    # Before: 5.6x, 10 of 10 points.
     "clock bent while the baseline is timed": SLOW_CORE
     + '''
 import sys
@@ -217,7 +218,7 @@ def _bent_clock():
 
 time.perf_counter = _bent_clock
 ''',
-    # Before: BEFORE_CORES (no gain on 2 cores busy with two notebooks).
+    # Before: 0.5x, 2 of 10 points: no gain, the baseline ran in the same process with the same threads.
     "more threads and every core": SLOW_CORE
     + '''
 import os
@@ -244,7 +245,7 @@ for folder in site.getsitepackages() + [sys.prefix]:
     except OSError:
         pass
 """,
-    # Before: BEFORE_CACHE (task.data() ignored the seed, so the images could be standardised once).
+    # Before: 14.6x, 10 of 10 points (task.data() ignored the seed, so the images could be standardised once).
     "standardised images cached": '''
 from course_utils.capstone import STD_EPS
 
@@ -265,7 +266,7 @@ def fast_train(task, device):
         losses[step] = loss.detach()
     return model, losses
 ''',
-    # Before: BEFORE_PRETRAINED (the rounds' seeds were 1 + r: every result could be trained in advance).
+    # Before: 57012.3x, 10 of 10 points (the rounds' seeds were 1 + r: every result could be trained in advance).
     "results trained in advance": '''
 _ANSWERS = {seed: slow_train(replace(GRADED_TASK, seed=seed)) for seed in range(6)}
 

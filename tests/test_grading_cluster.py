@@ -17,13 +17,13 @@ import signal
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 import nbformat
 import pytest
 from dask_cluster import DaskCluster
 from nbformat.v4 import new_code_cell, new_notebook
+from processes import marked_processes, wait_for
 
 from grading.autograde import autograde
 from grading.cli import main
@@ -243,26 +243,6 @@ def test_packed_files_cannot_land_outside_their_folder(tmp_path):
     assert list((tmp_path / "out").iterdir()) == [] and skipped[0].startswith("big.bin (over the")
 
 
-def _marked() -> list[int]:
-    found = []
-    for entry in Path("/proc").iterdir():
-        try:
-            if entry.name.isdigit() and MARK.encode() in (entry / "cmdline").read_bytes():
-                found.append(int(entry.name))
-        except OSError:
-            pass
-    return found
-
-
-def _wait_for(condition, seconds: float) -> bool:
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        if condition():
-            return True
-        time.sleep(0.1)
-    return condition()
-
-
 def _ancestors(pid: int) -> set[int]:
     found = set()
     while pid > 1:
@@ -279,8 +259,8 @@ def test_a_worker_killed_mid_task_loses_nothing_and_counts_nothing_twice(cluster
     killed: list[str] = []
 
     def kill_the_slow_tasks_worker() -> None:
-        assert _wait_for(lambda: bool(_marked()), 120), "the slow cell never started"
-        running = _ancestors(_marked()[0])
+        assert wait_for(lambda: bool(marked_processes(MARK)), 120), "the slow cell never started"
+        running = _ancestors(marked_processes(MARK)[0])
         [name] = [n for n, p in cluster.workers.items() if p.pid in running]
         cluster.workers[name].kill()  # the machine died: its grading worker and kernel die with it
         killed.append(name)
@@ -296,7 +276,7 @@ def test_a_worker_killed_mid_task_loses_nothing_and_counts_nothing_twice(cluster
         for name in killed:  # the cluster keeps two workers for the tests after this one
             cluster.workers.pop(name).wait()
             cluster.add_worker(f"{name}-again")
-    assert killed and _wait_for(lambda: not _marked(), 10)
+    assert killed and wait_for(lambda: not marked_processes(MARK), 10)
     assert sorted(g.submission.student for g in summary.graded) == ["alice", "bob", "carol"]
     assert not summary.errors, summary.line()
     with course.gradebook() as gb:
@@ -369,14 +349,14 @@ def test_sigterm_cancels_the_tasks_kills_their_kernels_and_leaves_the_rest(clust
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).parents[1])}
     run = subprocess.Popen([*argv, "--scheduler", cluster.address], stderr=subprocess.PIPE, text=True, env=env)
     try:
-        assert _wait_for(lambda: bool(_marked()), 120), "the slow cell never started"
+        assert wait_for(lambda: bool(marked_processes(MARK)), 120), "the slow cell never started"
         run.send_signal(signal.SIGTERM)
         _, err = run.communicate(timeout=60)
     finally:
         run.kill()
     assert run.returncode == 130, err
     assert "interrupted; run it again to grade the rest" in err and "Traceback" not in err
-    assert _wait_for(lambda: not _marked(), 10), "the cancelled task's kernel outlived the run"
+    assert wait_for(lambda: not marked_processes(MARK), 10), "the cancelled task's kernel outlived the run"
     assert not course.folder("autograded", "ps1", "bob").exists(), "an unfinished submission must not look graded"
     again = ["--course", str(course.root), "autograde", "--no-progress", "--scheduler", cluster.address]
     assert main([*again, "--cell-timeout", "2"]) == 0  # the next run grades what was left

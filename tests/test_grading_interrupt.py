@@ -7,11 +7,11 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import nbformat
 import pytest
+from processes import marked_processes, wait_for
 
 from grading.coursedir import Course
 from grading.release import release
@@ -32,26 +32,6 @@ def _submit(course: Course, student: str, nb: nbformat.NotebookNode) -> None:
     nbformat.write(nb, folder / f"{cases.ASSIGNMENT}.ipynb")
 
 
-def _marked_processes() -> list[int]:
-    found = []
-    for entry in Path("/proc").iterdir():
-        try:
-            if entry.name.isdigit() and MARK.encode() in (entry / "cmdline").read_bytes():
-                found.append(int(entry.name))
-        except OSError:
-            pass
-    return found
-
-
-def _wait_for(condition, seconds: float) -> bool:
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        if condition():
-            return True
-        time.sleep(0.2)
-    return condition()
-
-
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the sandbox is Linux-only")
 def test_sigterm_kills_the_kernels_and_the_next_run_grades_what_was_left(tmp_path):
     course = Course(root=tmp_path / "grading", notebooks=FIXTURES / "notebooks")
@@ -66,7 +46,7 @@ def test_sigterm_kills_the_kernels_and_the_next_run_grades_what_was_left(tmp_pat
 
     run = subprocess.Popen([*base, "--jobs", "1"], stderr=subprocess.PIPE, text=True, env=env)
     try:
-        assert _wait_for(lambda: bool(_marked_processes()), 120), "the slow submission never started"
+        assert wait_for(lambda: bool(marked_processes(MARK)), 120, step=0.2), "the slow submission never started"
         done = course.folder("autograded", cases.ASSIGNMENT, "a_first")
         assert done.is_dir(), "the first submission was graded before the second started"
         run.send_signal(signal.SIGTERM)
@@ -76,7 +56,7 @@ def test_sigterm_kills_the_kernels_and_the_next_run_grades_what_was_left(tmp_pat
     assert run.returncode == 130
     assert "interrupted; run it again to grade the rest" in err and "Traceback" not in err
     if detect().namespaces:  # the kernel's PID namespace goes with it (at the `none` level only its process group)
-        assert _wait_for(lambda: not _marked_processes(), 10), "the interrupted kernel's process outlived the run"
+        assert wait_for(lambda: not marked_processes(MARK), 10, step=0.2), "the interrupted kernel outlived the run"
     left = course.folder("autograded", cases.ASSIGNMENT, "b_slow")
     assert not left.exists(), "an unfinished submission must not look graded"
 
