@@ -112,3 +112,60 @@ def test_torch_compile_runs_in_a_grading_kernel_within_the_limits():
     errors = [f"{o['ename']}: {o['evalue'][:500]}" for o in cell["outputs"] if o["output_type"] == "error"]
     assert not errors, errors
     assert "compiled" in "".join(o.get("text", "") for o in cell["outputs"])
+
+
+ORPHAN_SCRIPT = """
+import os, subprocess, sys, time
+from pathlib import Path
+from grading.sandbox import worker
+from grading.sandbox.protections import GRADING_UID_BASE, Limits, SlotLease, detect, jail_argv
+
+def mine(uid):
+    found = []
+    for entry in os.listdir("/proc"):
+        try:
+            if entry.isdigit() and os.stat(f"/proc/{entry}").st_uid == uid:
+                found.append(int(entry))
+        except OSError:
+            pass
+    return found
+
+worker.adopt_orphans()
+lease = SlotLease(1, root=True)
+uid = GRADING_UID_BASE + lease.slots[0]
+argv = jail_argv(detect(), Limits(), workdir=Path(sys.argv[1]), connection_file=None, hide=[], slot=lease.slots[0])
+jailer = subprocess.Popen([*argv, "/bin/sleep", "60"])
+deadline = time.monotonic() + 30
+while not mine(uid) and time.monotonic() < deadline:
+    time.sleep(0.02)
+[kernel] = mine(uid)
+jailer.kill()  # as a kernel manager's kill does: the unshare goes first, its child is orphaned
+jailer.wait()
+parent = "?"
+while time.monotonic() < deadline:  # the orphan is killed with its parent (--kill-child) and adopted
+    try:
+        state, parent = open(f"/proc/{kernel}/stat").read().rsplit(")", 1)[1].split()[:2]
+    except FileNotFoundError:
+        parent = f"{parent} (and reaped by it)"
+        break
+    if state == "Z":
+        break
+    time.sleep(0.02)
+print("parent", "us" if parent == str(os.getpid()) else parent)
+worker._kill_user(uid)
+print("left", mine(uid))
+"""
+
+
+@pytest.mark.skipif(PROTECTIONS.level != "root", reason="grading users exist at the root level only")
+def test_a_killed_kernel_is_reaped_by_its_worker_before_the_slot_is_reused():
+    """A zombie counts against its user's process limit until reaped, and the next notebook on
+    the slot runs as that user: the worker adopts and reaps it (init did, on its own schedule)."""
+    import sys
+
+    with tempfile.TemporaryDirectory(prefix="orphan-test-") as workdir:  # in /tmp: the grading user can reach it
+        result = subprocess.run(
+            [sys.executable, "-c", ORPHAN_SCRIPT, workdir], capture_output=True, text=True, timeout=60
+        )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split("\n")[:2] == ["parent us", "left []"], result.stdout
