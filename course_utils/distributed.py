@@ -13,6 +13,7 @@ First written out in notebook 08 ("Scale out with DistributedDataParallel").
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -39,19 +40,24 @@ class LaunchResult:
 class LaunchError(RuntimeError):
     """A launched command failed or timed out.
 
-    The message shows the workers' own error lines (torchrun prefixes them with
-    ``[rank N]:``) and the end of both output streams; ``result`` keeps all of it.
+    The message shows the workers' own error lines (torchrun prefixes a Python traceback
+    with ``[rank N]:``; a native crash such as C++'s ``terminate called ...`` comes without
+    a prefix) and the end of both output streams; ``result`` keeps all of it.
     """
 
     def __init__(self, result: LaunchResult, reason: str) -> None:
         self.result = result
-        worker_errors = "\n".join(line for line in result.stderr.splitlines() if line.startswith("[rank"))
+        worker_errors = "\n".join(line for line in result.stderr.splitlines() if _NATIVE_OR_RANK.match(line))
         workers = f"--- workers' errors ---\n{_tail(worker_errors, 60)}\n" if worker_errors else ""
         super().__init__(
             f"{reason}: {' '.join(result.command)}\n{workers}"
             f"--- stdout (last lines) ---\n{_tail(result.stdout)}\n"
             f"--- stderr (last lines) ---\n{_tail(result.stderr)}"
         )
+
+
+# a worker's Python traceback as torchrun relays it, or what a native crash prints before the abort
+_NATIVE_OR_RANK = re.compile(r"\[rank\d+\]:|terminate called|\s*what\(\):|Fatal Python error|Segmentation fault")
 
 
 def _tail(text: str, lines: int = 30) -> str:

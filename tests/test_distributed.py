@@ -117,6 +117,19 @@ def test_launch_error_puts_worker_errors_first():
     assert "torchrun noise 99" in message and "torchrun noise 0\n" not in message
 
 
+def test_launch_error_shows_a_native_crash_of_a_worker():
+    """A C++ abort (gloo's exceptions end so) prints no [rankN]: prefix, and torchrun's summary would push it out."""
+    stderr = (
+        "terminate called after throwing an instance of 'gloo::IoException'\n"
+        "  what():  [pair.cc:598] Connection closed by peer [127.0.0.1]:4242\n"
+        + "".join(f"torchrun noise {i}\n" for i in range(100))
+    )
+    with pytest.raises(LaunchError) as info:
+        run_command([sys.executable, "-c", f"import sys; sys.stderr.write({stderr!r}); sys.exit(1)"])
+    assert "--- workers' errors ---\nterminate called after throwing an instance of 'gloo::IoException'\n" \
+        "  what():  [pair.cc:598] Connection closed by peer" in str(info.value)
+
+
 def test_the_training_script_of_notebook_08_runs_on_its_own(tmp_path):
     """The clean script a learner copies (the notebook only runs it through ddp_lab.py) works alone."""
     import nbformat
