@@ -126,8 +126,10 @@ def test_launch_error_shows_a_native_crash_of_a_worker():
     )
     with pytest.raises(LaunchError) as info:
         run_command([sys.executable, "-c", f"import sys; sys.stderr.write({stderr!r}); sys.exit(1)"])
-    assert "--- workers' errors ---\nterminate called after throwing an instance of 'gloo::IoException'\n" \
+    assert (
+        "--- workers' errors ---\nterminate called after throwing an instance of 'gloo::IoException'\n"
         "  what():  [pair.cc:598] Connection closed by peer" in str(info.value)
+    )
 
 
 def test_the_training_script_of_notebook_08_runs_on_its_own(tmp_path):
