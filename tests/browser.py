@@ -28,7 +28,6 @@ import os
 import re
 import shutil
 import signal
-import socket
 import subprocess
 import time
 import urllib.parse
@@ -39,6 +38,7 @@ from pathlib import Path
 
 import nbformat
 from nbformat import NotebookNode
+from processes import free_port
 
 ROOT = Path(__file__).resolve().parents[1]
 TOKEN = "course-browser-test"
@@ -88,12 +88,6 @@ _CHROME_JS = """() => ({
 
 class BrowserTestError(Exception):
     """Something the browser test needs is missing or did not start; the message says what to do."""
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def chromium_path() -> str:

@@ -16,6 +16,8 @@ import sys
 import time
 from pathlib import Path
 
+from processes import stop_process
+
 DASK = Path(sys.executable).parent / "dask"
 
 
@@ -80,22 +82,11 @@ class DaskCluster:
                 time.sleep(0.2)
 
     def stop_worker(self, name: str, sig: int = signal.SIGTERM) -> None:
-        process = self.workers.pop(name)
-        process.send_signal(sig)
-        try:
-            process.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
+        stop_process(self.workers.pop(name), sig)
 
     def stop(self) -> None:
         for name in list(self.workers):
             self.stop_worker(name)
         if self.scheduler is not None:
-            self.scheduler.terminate()
-            try:
-                self.scheduler.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                self.scheduler.kill()
-                self.scheduler.wait()
+            stop_process(self.scheduler)
             self.scheduler = None

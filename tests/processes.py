@@ -1,7 +1,10 @@
-"""Finding a test's own processes by a marker in their command line, and waiting for a condition."""
+"""The test suite's process helpers: finding processes by a marker, waiting, free ports, stopping servers."""
 
 from __future__ import annotations
 
+import signal
+import socket
+import subprocess
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -27,3 +30,20 @@ def wait_for(condition: Callable[[], bool], seconds: float, step: float = 0.1) -
             return True
         time.sleep(step)
     return condition()
+
+
+def free_port() -> int:
+    """A loopback TCP port that nothing listened on a moment ago (the caller binds it soon after)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def stop_process(process: subprocess.Popen, sig: int = signal.SIGTERM, timeout: float = 30) -> None:
+    """Send ``sig`` to ``process`` and wait for it; kill it if it is still there after ``timeout`` seconds."""
+    process.send_signal(sig)
+    try:
+        process.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()

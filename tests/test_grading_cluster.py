@@ -23,7 +23,7 @@ import nbformat
 import pytest
 from dask_cluster import DaskCluster
 from nbformat.v4 import new_code_cell, new_notebook
-from processes import marked_processes, wait_for
+from processes import free_port, marked_processes, wait_for
 
 from grading.autograde import autograde
 from grading.cli import main
@@ -321,14 +321,10 @@ def test_environment_differences_are_named():
 
 
 def test_an_unreachable_scheduler_is_a_clear_error_and_writes_nothing(tmp_path, capsys):
-    import socket
-
     course = Course(tmp_path / "course")
     shutil.copytree(compat_students.COURSE, course.root)
     shutil.copytree(course.folder("source", "ps1"), course.folder("submitted", "ps1", "alice"))
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]  # nothing listens there once closed
+    port = free_port()  # nothing listens there
     argv = ["--course", str(course.root), "autograde", "--no-progress"]
     assert main([*argv, "--scheduler", f"tcp://127.0.0.1:{port}", "--scheduler-timeout", "2"]) == 1
     err = capsys.readouterr().err

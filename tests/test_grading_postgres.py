@@ -17,7 +17,6 @@ import os
 import pwd
 import secrets
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
@@ -26,6 +25,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+from processes import free_port, stop_process
 
 from grading.autograde import autograde
 from grading.cli import main
@@ -60,18 +60,12 @@ needs_server = pytest.mark.skipif(
 )
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 class _Server:
     """A PostgreSQL server in ``folder``, run as ``nobody`` when we are root (initdb refuses root)."""
 
     def __init__(self, folder: Path):
         self.folder = folder
-        self.port = _free_port()
+        self.port = free_port()
         self.user = pwd.getpwnam("nobody") if os.geteuid() == 0 else None
 
     def run(self, *argv: str) -> None:
@@ -133,7 +127,7 @@ class _Formgrader:
     """nbgrader's formgrader in a Jupyter server started in the course directory, used through its REST API."""
 
     def __init__(self, course: Path):
-        self.token, self.port = secrets.token_hex(16), _free_port()
+        self.token, self.port = secrets.token_hex(16), free_port()
         argv = [str(Path(sys.executable).parent / "jupyter"), "server", "--no-browser", "--allow-root"]
         argv += [f"--port={self.port}", "--ServerApp.ip=127.0.0.1", f"--ServerApp.token={self.token}"]
         argv += [f"--ServerApp.root_dir={course}", "--ServerApp.port_retries=0"]
@@ -162,12 +156,7 @@ class _Formgrader:
                 time.sleep(0.3)
 
     def stop(self) -> None:
-        self.process.terminate()
-        try:
-            self.process.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait()
+        stop_process(self.process)
         self.log.close()
 
 
@@ -217,7 +206,7 @@ def test_every_step_and_the_formgrader_work_on_a_postgresql_gradebook(postgres, 
 def test_an_unreachable_database_server_is_a_clear_error_without_its_password(tmp_path, capsys):
     course = Course(tmp_path / "course")
     shutil.copytree(compat_students.COURSE, course.root)
-    url = f"postgresql://course:hunter2@127.0.0.1:{_free_port()}/gradebook"
+    url = f"postgresql://course:hunter2@127.0.0.1:{free_port()}/gradebook"
     with (course.root / "nbgrader_config.py").open("a") as config:
         config.write(f"\nc.CourseDirectory.db_url = {url!r}\n")
     for step in (["release"], ["export"]):

@@ -13,7 +13,6 @@ import json
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -25,6 +24,7 @@ from pathlib import Path
 
 import nbformat
 from nbformat.v4 import new_code_cell, new_notebook
+from processes import free_port
 
 from grading.lab.validate_button import nbgrader_answer
 from grading.validate import CellVerdict, Validation
@@ -38,12 +38,6 @@ INSTRUCTOR_PLUGINS = {
     "@jupyter/nbgrader:course-list",
     "@jupyter/nbgrader:assignment-list",
 }
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 class Lab:
@@ -82,7 +76,7 @@ class Lab:
 
 @contextlib.contextmanager
 def _make(target: str, tmp_path: Path, *variables: str) -> Iterator[Lab]:
-    port = _free_port()
+    port = free_port()
     args = f"--no-browser --ServerApp.ip=127.0.0.1 --ServerApp.token={TOKEN}"
     env = {**os.environ, "JUPYTER_RUNTIME_DIR": str(tmp_path / "runtime"), "JUPYTER_CONFIG_DIR": str(tmp_path / "cfg")}
     log = (tmp_path / f"{target}.log").open("w")
