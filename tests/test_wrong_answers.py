@@ -7,57 +7,23 @@ namespace, and expects an ``AssertionError`` whose message matches. ``hidden=Fal
 only the visible part of the test cell: the learner must see the failure before grading.
 The notebook's own solution passes the same harness (so a failure is the answer's fault,
 not the harness's).
+
+The cases are this module's lists named ``_WRONG...`` and, one module per notebook, the lists
+named ``WRONG`` in ``tests/wrong_answers/nbNN.py`` (the harness lives in that package too).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from pathlib import Path
+import importlib
+import pkgutil
 
 import pytest
-from IPython.core.inputtransformer2 import TransformerManager
-from nbtools import NOTEBOOK_DIR, is_solution_cell, is_test_cell, nbgrader_meta, read
+import wrong_answers
+from nbtools import is_solution_cell, nbgrader_meta, read
+from wrong_answers import Wrong, notebook_path, run_exercise
 
-HIDDEN = "### BEGIN HIDDEN TESTS"
 # Notebook 09's "asks torch" wrong answer calls torch.quantize_per_tensor, which torch says is deprecated.
 pytestmark = pytest.mark.filterwarnings("ignore:torch.quantize_per_tensor:UserWarning")
-
-
-@dataclass(frozen=True)
-class Wrong:
-    notebook: str  # file name prefix, "05"
-    grade_id: str  # the solution cell it replaces
-    why: str  # what the answer gets wrong (the test id)
-    answer: str
-    match: str  # a regular expression the failure message must match
-    hidden: bool = True  # False: the visible tests alone must catch it
-
-
-def _notebook(prefix: str) -> Path:
-    (path,) = NOTEBOOK_DIR.glob(f"{prefix}_*.ipynb")
-    return path
-
-
-def _exercise_code(cells: list, index: int) -> list[str]:
-    """Plain code cells after the exercises heading (or the previous exercise) and before cell ``index``."""
-    heading = max(i for i, c in enumerate(cells[:index]) if c.cell_type == "markdown" and "## Exercises" in c.source)
-    start = max([heading] + [i for i, c in enumerate(cells[:index]) if nbgrader_meta(c)])
-    return [c.source for c in cells[start + 1 : index] if c.cell_type == "code" and not nbgrader_meta(c)]
-
-
-def run_exercise(prefix: str, grade_id: str, answer: str | None = None, *, hidden: bool = True) -> None:
-    """Setup cell, the exercise's own code cells, ``answer`` (the notebook's solution if None), its test cell."""
-    cells = read(_notebook(prefix)).cells
-    setup = next(c for c in cells if c.cell_type == "code")
-    index = next(i for i, c in enumerate(cells) if is_solution_cell(c) and nbgrader_meta(c)["grade_id"] == grade_id)
-    test = next(c for c in cells[index + 1 :] if is_test_cell(c))
-    test_source = test.source if hidden else test.source.split(HIDDEN)[0]
-    namespace: dict = {"__name__": "__main__"}
-    to_python = TransformerManager().transform_cell
-    answer = cells[index].source if answer is None else answer
-    for source in (setup.source, *_exercise_code(cells, index), answer, test_source):
-        exec(compile(to_python(source), f"<{prefix} {grade_id}>", "exec"), namespace)
-
 
 FLOPS = "def matmul_flops(m, n, k):\n"
 TIMER = "def time_per_call(fn, sync, repeats, clock=time.perf_counter):\n"
@@ -1520,7 +1486,13 @@ _WRONG_03_REVIEW3 = [
 ]
 
 # Every module-level list whose name starts with _WRONG (one or more per notebook).
-WRONG = [w for name, cases in sorted(globals().items()) if name.startswith("_WRONG") for w in cases]
+# and every list named WRONG in tests/wrong_answers/nbNN.py.
+WRONG = [w for name, cases in sorted(globals().items()) if name.startswith("_WRONG") for w in cases] + [
+    w
+    for module in pkgutil.iter_modules(wrong_answers.__path__)
+    if module.name.startswith("nb")
+    for w in importlib.import_module(f"wrong_answers.{module.name}").WRONG
+]
 
 
 @pytest.mark.parametrize("wrong", WRONG, ids=lambda w: f"{w.notebook}-{w.grade_id}-{w.why}")
@@ -1536,6 +1508,6 @@ def test_solution_passes_the_same_harness(exercise):
 
 @pytest.mark.parametrize("prefix", [f"{n:02d}" for n in range(1, 13)])
 def test_every_exercise_has_a_wrong_answer(prefix):
-    exercises = {nbgrader_meta(c)["grade_id"] for c in read(_notebook(prefix)).cells if is_solution_cell(c)}
+    exercises = {nbgrader_meta(c)["grade_id"] for c in read(notebook_path(prefix)).cells if is_solution_cell(c)}
     covered = {w.grade_id for w in WRONG if w.notebook == prefix}
     assert exercises == covered, f"notebook {prefix}: no wrong answer for {sorted(exercises - covered)}"
