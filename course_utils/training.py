@@ -1,10 +1,13 @@
 """A plain, reproducible training loop for the notebooks' small classifiers.
 
 Contract: ``train_classifier`` is seeded, runs on the given device, and records the
-loss and the total gradient norm of every step, so notebooks can plot both. It keeps
-them on the device during an epoch and reads them back once at its end: one host-device
-sync per epoch, not one per step (notebook 06 explains why that matters on a GPU).
-``clip_norm`` switches on ``clip_grad_norm_``. Nothing is printed except a tqdm bar
+loss and the total gradient norm of every step, so notebooks can plot both. It copies the
+data set and every epoch's shuffled order to the device once, before the first step, and
+takes each batch there by indexing; it keeps the losses and norms on the device during an
+epoch and reads them back once at its end. So nothing inside an epoch makes the host wait
+for the device: one host-device sync per epoch, not one per step (notebook 06 explains why
+that matters on a GPU). The data set must fit on the device beside the model: the
+notebooks' data sets are small. ``clip_norm`` switches on ``clip_grad_norm_``. Nothing is printed except a tqdm bar
 when ``progress=True``: a widget in Jupyter, plain text where ipywidgets is missing.
 """
 
@@ -64,8 +67,11 @@ def train_classifier(
     """Train ``model`` with cross-entropy on ``(X, y)`` and return its ``History``.
 
     ``optimizer`` is ``"sgd"`` (with ``momentum``) or ``"adam"``. The model is moved to
-    ``device`` before the optimizer is built over its parameters. A run whose loss turns
-    NaN or infinite stops at the end of that epoch; its history ends at the first such step.
+    ``device`` before the optimizer is built over its parameters, and ``X``, ``y`` and the
+    shuffled order of every epoch (drawn on the CPU from a generator seeded with ``seed``)
+    are copied there too, all before the first step: a copy from ordinary (pageable) host
+    memory makes the host wait, so none happens between steps. A run whose loss turns NaN
+    or infinite stops at the end of that epoch; its history ends at the first such step.
     """
     tqdm = _progress_bar_class()
     device = torch.device(device)
@@ -77,17 +83,22 @@ def train_classifier(
     else:
         raise ValueError(f"optimizer must be 'sgd' or 'adam', got {optimizer!r}")
     generator = torch.Generator().manual_seed(seed)
+    orders = torch.empty(epochs, len(y), dtype=torch.long)  # drawn on the CPU: the same on every device
+    for epoch in range(epochs):
+        orders[epoch] = torch.randperm(len(y), generator=generator)
+    # Every copy to the device happens here, before the first step; batches are then taken by
+    # indexing on the device, so no step waits for a copy from host memory.
+    X, y, orders = X.to(device), y.to(device), orders.to(device)
     loss_fn = nn.CrossEntropyLoss()
     history = History()
     model.train()
     steps_per_epoch = math.ceil(len(y) / batch_size)
     bar = tqdm(total=epochs * steps_per_epoch, disable=not progress, desc="training")
-    for _ in range(epochs):
-        order = torch.randperm(len(y), generator=generator)
+    for order in orders:
         step_values: list[torch.Tensor] = []  # (loss, norm) per step, still on the device
         for start in range(0, len(y), batch_size):
             index = order[start : start + batch_size]
-            inputs, targets = X[index].to(device), y[index].to(device)
+            inputs, targets = X[index], y[index]
             loss = loss_fn(model(inputs), targets)
             opt.zero_grad(set_to_none=True)
             loss.backward()

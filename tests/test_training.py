@@ -97,6 +97,35 @@ def test_training_reads_values_back_once_per_epoch(digits, monkeypatch):
     assert all(isinstance(value, float) for value in history.losses + history.grad_norms)
 
 
+def test_training_moves_the_data_once_not_each_batch(digits):
+    """Every tensor moved with .to() is the whole data set, the model or all epochs' orders.
+
+    On a GPU a copy from pageable host memory makes the host wait: a .to(device) per batch
+    would be a sync per step (notebook 06), so the loop copies everything before its first step.
+    """
+    from torch.overrides import TorchFunctionMode
+
+    class RecordMoves(TorchFunctionMode):
+        def __init__(self) -> None:
+            super().__init__()
+            self.shapes: list[tuple[int, ...]] = []
+
+        def __torch_function__(self, func, types, args=(), kwargs=None):
+            if func is torch.Tensor.to:
+                self.shapes.append(tuple(args[0].shape))
+            return func(*args, **(kwargs or {}))
+
+    X, y = digits.X_train[:300], digits.y_train[:300]
+    torch.manual_seed(0)
+    model = MLP(64, 10, hidden=16, depth=1)
+    with RecordMoves() as moves:
+        history = train_classifier(model, X, y, epochs=3, batch_size=64, clip_norm=1.0)
+    assert len(history.losses) == 3 * 5
+    batch_shapes = {(64, 64), (64,), (44, 64), (44,)}
+    assert not batch_shapes & set(moves.shapes), f"a batch was moved on its own: {moves.shapes}"
+    assert {(300, 64), (300,), (3, 300)} <= set(moves.shapes)
+
+
 def test_progress_bar_is_plain_text_without_a_warning_where_jupyter_has_no_ipywidgets(digits, monkeypatch, capsys):
     """tqdm.auto in a Jupyter kernel without ipywidgets warns "IProgress not found"; we don't."""
     import sys
