@@ -21,10 +21,22 @@ import torch.utils.benchmark as torch_benchmark
 
 from course_utils.device import device_name, synchronize
 
-__all__ = ["BLOCKS", "Comparison", "Timing", "benchmark", "compare", "synced_timer"]
+__all__ = ["BLOCKS", "NOISY_SPREAD", "Comparison", "Timing", "benchmark", "compare", "format_ratio", "synced_timer"]
 
 BLOCKS = 10
 """How many timed blocks ``benchmark`` fits into ``min_run_time`` (fewer when one call is slower)."""
+
+NOISY_SPREAD = 0.10
+"""A row of ``Comparison.table`` is marked noisy when its ``Timing.spread`` exceeds this.
+
+Why 10%: ``compare`` pools about 20 blocks per variant (``BLOCKS`` per round, two rounds).
+With the middle half of them spread ±10% around the median, the median itself is uncertain
+by about 4% and the ratio of two such rows by about 6% (normal approximation): the ratio's
+second decimal is noise, and a ratio between 0.9 and 1.1 may change direction on a rerun.
+On a quiet machine a row spreads far less: the kept H200 run's 63 rows have a median spread
+of 2.4% (1.9% for its 43 GPU rows), so the mark singles out a disturbed measurement, not
+ordinary jitter; a lower bar would mark most rows on a shared CPU and be ignored.
+"""
 
 _MAX_CALLS_PER_BLOCK = 2**31 - 1
 """torch's Timer hands the block size to C++ as a 32-bit int."""
@@ -51,6 +63,11 @@ class Timing:
         quartiles = statistics.quantiles(self.times, n=4)
         return quartiles[2] - quartiles[0]
 
+    @property
+    def spread(self) -> float:
+        """Half the interquartile range over the median: 0.05 means the middle half lies within about ±5%."""
+        return self.iqr / 2 / self.median
+
     def per_second(self, items: float = 1.0) -> float:
         """Throughput: ``items`` processed per call, divided by the median time."""
         return items / self.median
@@ -65,6 +82,19 @@ def format_seconds(seconds: float) -> str:
         if abs(seconds) >= scale:
             return f"{seconds / scale:.3g} {unit}"
     return f"{seconds / 1e-9:.3g} ns"
+
+
+def format_ratio(speedup: float) -> str:
+    """A speedup in words: ``2.10x faster``, ``1.24x slower`` (never ``0.81x``), ``1.00x`` when equal to 3 digits.
+
+    >>> format_ratio(2.1), format_ratio(1 / 1.24), format_ratio(1 / 230.4), format_ratio(0.999)
+    ('2.10x faster', '1.24x slower', '230x slower', '1.00x')
+    """
+    factor = speedup if speedup >= 1 else 1 / speedup
+    text = f"{factor:.2f}" if factor < 10 else f"{factor:.1f}" if factor < 100 else f"{factor:.0f}"
+    if text == "1.00":
+        return "1.00x"
+    return f"{text}x {'faster' if speedup > 1 else 'slower'}"
 
 
 def synced_timer(sync: Callable[[], None]) -> Callable[[], float]:
@@ -166,19 +196,33 @@ class Comparison:
         return {name: self.speedup(name) for name in self.timings}
 
     def table(self) -> str:
-        """A plain-text table: median, spread, throughput and speedup per variant."""
-        width = max(len(name) for name in self.timings)
+        """A plain-text table: median, spread, throughput, and speed against the baseline per variant.
+
+        A slowdown reads as one (``1.24x slower``, not ``0.81x``); a row whose spread
+        exceeds ``NOISY_SPREAD`` is marked ``noisy``, and a legend line under the table says
+        what that means and what to do.
+        """
+        width = max(len(name) for name in [*self.timings, "variant"])
         header = f"{'variant':<{width}}  {'median':>10}  {'± IQR/2':>10}"
         if self.items_per_call:
             header += f"  {'items/s':>10}"
-        header += "  speedup"
+        header += "  vs baseline"
+        ratios = {
+            name: "baseline" if name == self.baseline else format_ratio(self.speedup(name)) for name in self.timings
+        }
+        ratio_width = max(len(ratio) for ratio in ratios.values())
         lines = [f"on {self.hardware}" if self.hardware else "", header]
         for name, timing in self.timings.items():
             row = f"{name:<{width}}  {format_seconds(timing.median):>10}  {format_seconds(timing.iqr / 2):>10}"
             if self.items_per_call:
                 row += f"  {timing.per_second(self.items_per_call):>10.3g}"
-            row += f"  {self.speedup(name):6.2f}x"
-            lines.append(row)
+            row += f"  {ratios[name]:<{ratio_width}}"
+            lines.append((row + ("  noisy" if timing.spread > NOISY_SPREAD else "")).rstrip())
+        if any(timing.spread > NOISY_SPREAD for timing in self.timings.values()):
+            lines.append(
+                f"noisy: the middle half of its timings spread more than ±{NOISY_SPREAD:.0%} around the median; "
+                "rerun the cell, or give compare() more rounds or min_run_time, before trusting its ratio"
+            )
         return "\n".join(line for line in lines if line)
 
     def __str__(self) -> str:

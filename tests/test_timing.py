@@ -1,12 +1,24 @@
 """course_utils.timing, with a fake asynchronous device that only does its work on sync."""
 
+import re
+import statistics
 import time
 from types import SimpleNamespace
 
 import pytest
 import torch
 
-from course_utils.timing import BLOCKS, Comparison, Timing, benchmark, compare, format_seconds, synced_timer
+from course_utils.timing import (
+    BLOCKS,
+    NOISY_SPREAD,
+    Comparison,
+    Timing,
+    benchmark,
+    compare,
+    format_ratio,
+    format_seconds,
+    synced_timer,
+)
 
 
 class FakeAsyncDevice:
@@ -155,7 +167,88 @@ def test_compare_ratios_and_table():
     )
     assert comparison.speedups() == {"slow": 1.0, "fast": 4.0}
     table = comparison.table()
-    assert "Test CPU" in table and "4.00x" in table and "items/s" in table
+    assert "Test CPU" in table and "4.00x faster" in table and "items/s" in table
+
+
+def _rows(table: str) -> dict[str, str]:
+    """Each variant's line of a table (after the header), by name."""
+    lines = table.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("variant"))
+    return {line.split("  ")[0].strip(): line for line in lines[start + 1 :] if not line.startswith("noisy:")}
+
+
+def test_a_slowdown_reads_as_one_never_as_a_fraction():
+    """Issue 22: 230x slower printed as "0.00x" and 1.24x slower as "0.81x"."""
+    comparison = Comparison(
+        {
+            "on the device": Timing("on the device", (1e-3,) * 8),
+            "default": Timing("default", (1.24e-3,) * 8),
+            "on the CPU": Timing("on the CPU", (0.230,) * 8),
+            "reduce-overhead": Timing("reduce-overhead", (0.476e-3,) * 8),
+            "same": Timing("same", (1.0004e-3,) * 8),
+        },
+        baseline="on the device",
+    )
+    rows = _rows(comparison.table())
+    assert rows["on the device"].endswith("baseline")
+    assert rows["default"].endswith("1.24x slower")
+    assert rows["on the CPU"].endswith("230x slower")
+    assert rows["reduce-overhead"].endswith("2.10x faster")
+    assert rows["same"].endswith("1.00x")
+    assert not re.search(r"\b0\.\d+x", comparison.table())
+    assert comparison.speedup("on the CPU") == pytest.approx(1e-3 / 0.230)  # the numbers stay numbers
+
+
+def test_the_baseline_row_is_named_wherever_it_stands():
+    comparison = Comparison({"a": Timing("a", (1.0,)), "b": Timing("b", (2.0,))}, baseline="b")
+    rows = _rows(comparison.table())
+    assert rows["b"].endswith("baseline") and rows["a"].endswith("2.00x faster")
+
+
+@pytest.mark.parametrize(
+    ("speedup", "text"),
+    [(2.1, "2.10x faster"), (10.04, "10.0x faster"), (1 / 1.234, "1.23x slower"), (1 / 3694, "3694x slower")],
+)
+def test_format_ratio(speedup, text):
+    assert format_ratio(speedup) == text
+
+
+def _spread_of(timing: Timing) -> float:
+    # Written out, not Timing.spread: the quartiles of statistics.quantiles (exclusive method), halved, over the median.
+    q1, _, q3 = statistics.quantiles(timing.times, n=4)
+    return (q3 - q1) / 2 / statistics.median(timing.times)
+
+
+def test_a_row_whose_spread_is_large_is_marked_noisy_with_a_legend():
+    quiet = Timing("quiet", (1.00, 1.01, 0.99, 1.00, 1.02, 0.98, 1.00, 1.01))
+    noisy = Timing("jumpy", (1.0, 0.7, 1.3, 1.0, 0.75, 1.25, 1.0, 1.1))
+    assert _spread_of(quiet) < NOISY_SPREAD < _spread_of(noisy)
+    assert quiet.spread == pytest.approx(_spread_of(quiet)) and noisy.spread == pytest.approx(_spread_of(noisy))
+    table = Comparison({"quiet": quiet, "jumpy": noisy}, baseline="quiet").table()
+    rows = _rows(table)
+    assert rows["jumpy"].endswith("  noisy") and "noisy" not in rows["quiet"]
+    legend = table.splitlines()[-1]
+    assert legend.startswith("noisy:") and "±10%" in legend and "rerun" in legend and "rounds" in legend
+    calm = Comparison({"quiet": quiet, "again": quiet}, baseline="quiet").table()
+    assert "noisy" not in calm, "no legend without a noisy row"
+
+
+def test_the_noisy_mark_starts_just_above_the_threshold():
+    def timing_with_spread(spread: float) -> Timing:
+        # Four blocks: quantiles(n=4) of (1-a, 1, 1, 1+a) are 1-0.75a and 1+0.75a, so the spread is 0.75a.
+        a = spread / 0.75
+        return Timing("x", (1 - a, 1.0, 1.0, 1 + a))
+
+    at, above = timing_with_spread(NOISY_SPREAD * 0.999), timing_with_spread(NOISY_SPREAD * 1.01)
+    assert "noisy" not in Comparison({"base": at}, baseline="base").table()
+    assert "noisy" in Comparison({"base": above}, baseline="base").table()
+
+
+def test_columns_line_up_even_when_every_name_is_shorter_than_the_header():
+    table = Comparison({"a": Timing("a", (2e-3,)), "b": Timing("b", (1e-3,))}, baseline="a").table()
+    header, *rows = table.splitlines()
+    end = header.index("median") + len("median")
+    assert all(row[end - 2 : end] == "ms" for row in rows), table
 
 
 def test_compare_runs_every_variant_and_checks_baseline():
