@@ -87,7 +87,7 @@ capstone-benchmark: $(STAMP)  ## notebook 12's measured grade for four answers, 
 
 # The GPU check uses the Python at hand (a GPU machine's own CUDA build of torch), not .venv.
 GPU_PYTHON ?= python3
-gpu-check:  ## every notebook top to bottom at GPU sizes; executed notebooks and summary in gpu-check/
+gpu-check:  ## every notebook top to bottom at GPU sizes, one at a time, saying if another process uses the GPU; results in gpu-check/ (GPU_CHECK_ARGS=--keep: also keep the run in notebooks/gpu-runs/)
 	$(GPU_PYTHON) tests/gpu_check.py $(GPU_CHECK_ARGS)
 
 set-repo-url: $(STAMP)  ## for a fork: make set-repo-url URL=https://github.com/OWNER/NAME (rewrites every link), then commit

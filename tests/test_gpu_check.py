@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import json
+import os
 
 import gpu_check
+import gpu_runs
 import nbformat
 import pytest
 import torch
+from gpu_check import GpuProcess, GpuWatch
 from nbformat.v4 import new_code_cell, new_notebook
 
 from course_utils.env import SUPPORTED_TORCH, torch_version_supported
@@ -94,3 +97,138 @@ def test_warning_lines_cover_python_and_cpp_warnings():
         "100%|##########| 10/10 [00:01<00:00]\n"
     )
     assert len(gpu_check.warning_lines(text)) == 4
+
+
+# --- one notebook at a time, and who else is on the GPU ----------------------------------------------
+
+FAKE_H200 = {
+    "python": "3.12.3",
+    "torch": "2.11.0+cu130",
+    "cuda": "13.0",
+    "torchao": "0.18.0",
+    "cpu": "Fake Xeon, 16 cores",
+    "gpu": "NVIDIA H200",
+    "gpu_memory_mib": 143771,
+    "compute_capability": "9.0",
+    "driver": "580.159.04",
+}
+STRANGER = GpuProcess(pid=2**22 + 17, name="python3", used_mib=20480)  # above Linux's pid_max: in no process table
+
+
+class FakeGpu:
+    """Answers like nvidia-smi: this run's kernels (children of this process) and, when told, a stranger."""
+
+    def __init__(self, stranger_from: int | None = None, show_own: bool = True) -> None:
+        self.calls = 0
+        self.stranger_from = stranger_from  # the call from which the stranger is listed (None: never)
+        self.show_own = show_own
+
+    def __call__(self) -> list[GpuProcess]:
+        self.calls += 1
+        me = os.getpid()
+        own = [GpuProcess(pid, "python3", 500) for pid, parent in gpu_check._parents().items() if parent == me]
+        stranger = [STRANGER] if self.stranger_from is not None and self.calls >= self.stranger_from else []
+        return (own if self.show_own else []) + stranger
+
+
+@pytest.fixture
+def fake_h200(monkeypatch):
+    monkeypatch.setattr(gpu_check, "_environment", lambda: dict(FAKE_H200))
+
+
+def _notebooks(tmp_path, *names):
+    folder = tmp_path / "notebooks"
+    folder.mkdir(parents=True)
+    for name in names:
+        _write(folder, name, "import time\ntime.sleep(0.6)\nprint('done')")
+    return folder
+
+
+def test_a_quiet_run_is_kept_in_the_kept_run_layout_one_notebook_at_a_time(tmp_path, fake_h200, capsys):
+    notebooks = _notebooks(tmp_path, "01_a.ipynb", "02_b.ipynb")
+    runs = tmp_path / "runs"
+    fake = FakeGpu()
+    argv = ["--notebooks", str(notebooks), "--out", str(tmp_path / "o"), "--allow-cpu", "--keep"]
+    argv += ["--runs-dir", str(runs), "--commit", "abc1234"]
+    assert gpu_check.main(argv, watch=GpuWatch(fake, interval=0.1)) == 0
+    out = capsys.readouterr().out
+    assert "2 notebook(s), one at a time, each in a fresh kernel" in out
+    assert "other processes on the GPU: none seen" in out
+    assert fake.calls >= 1 + 2 * 3, "asked before the run, while each notebook ran, and after each"
+    run = gpu_runs.read_run(runs / "h200-torch2.11-abc1234")  # the layout tests/gpu_runs.py reads
+    assert run.info["one_notebook_at_a_time"] and run.info["other_gpu_processes"] == []
+    assert run.info["notebooks"] == ["01_a.ipynb", "02_b.ipynb"] and run.info["commit"] == "abc1234"
+    assert run.notebook("02").cells[0].outputs[0]["text"] == "done\n"
+    readme = (run.folder / "README.md").read_text()
+    assert "one notebook at a time" in readme and "driver 580.159.04" in readme and "none seen" in readme
+    assert "One notebook at a time" in (run.folder / "summary.md").read_text()
+
+    # Run again: the folder of the same name is replaced, not merged.
+    (run.folder / "03_old.ipynb").write_text("{}")
+    argv[argv.index(str(notebooks))] = str(_notebooks(tmp_path / "again", "01_a.ipynb"))
+    assert gpu_check.main(argv, watch=GpuWatch(FakeGpu(), interval=0.1)) == 0
+    assert sorted(p.name for p in run.folder.glob("*.ipynb")) == ["01_a.ipynb"]
+
+
+def test_another_process_on_the_gpu_is_said_before_and_in_the_summary_and_the_run_is_not_kept(
+    tmp_path, fake_h200, capsys
+):
+    notebooks = _notebooks(tmp_path, "01_a.ipynb")
+    runs = tmp_path / "runs"
+    argv = ["--notebooks", str(notebooks), "--out", str(tmp_path / "o"), "--allow-cpu", "--keep"]
+    argv += ["--runs-dir", str(runs), "--commit", "abc1234"]
+    status = gpu_check.main(argv, watch=GpuWatch(FakeGpu(stranger_from=1), interval=0.1))
+    captured = capsys.readouterr()
+    assert status == 3 and not runs.exists()
+    assert f"ANOTHER PROCESS HOLDS THE GPU NOW: pid {STRANGER.pid} (python3, 20480 MiB)" in captured.out
+    assert "this run will not be kept" in captured.out
+    assert "NOT KEPT: another process used the GPU" in captured.err
+    summary = (tmp_path / "o" / "summary.md").read_text()
+    assert "ANOTHER PROCESS USED THE GPU (before the run: pid" in summary
+    assert "| 01_a.ipynb | ok |" in summary and f"pid {STRANGER.pid} (python3, 20480 MiB) |" in summary
+
+    # Told to keep it anyway, it keeps it and says so.
+    status = gpu_check.main([*argv, "--keep-shared"], watch=GpuWatch(FakeGpu(stranger_from=3), interval=0.1))
+    assert status == 0
+    run = gpu_runs.read_run(runs / "h200-torch2.11-abc1234")
+    assert run.info["other_gpu_processes"] == [str(STRANGER)]
+    assert "ANOTHER PROCESS USED THE GPU (01_a.ipynb: pid" in (run.folder / "README.md").read_text()
+
+
+def test_a_process_list_that_never_shows_this_runs_own_kernels_is_called_blind(tmp_path, fake_h200, capsys):
+    notebooks = _notebooks(tmp_path, "01_a.ipynb")
+    argv = ["--notebooks", str(notebooks), "--out", str(tmp_path / "o"), "--allow-cpu"]
+    assert gpu_check.main(argv, watch=GpuWatch(FakeGpu(show_own=False), interval=0.1)) == 0
+    assert "unknown (the process list showed none, not even this run's own kernels" in capsys.readouterr().out
+    assert gpu_check.main(argv, watch=GpuWatch(lambda: None, interval=0.1)) == 0
+    assert "unknown (neither nvidia-smi nor NVML answered)" in capsys.readouterr().out
+
+
+def test_this_process_and_its_children_are_never_another_process():
+    me = os.getpid()
+    parents = gpu_check._parents()
+    assert gpu_check._is_ours(me, parents, me)
+    assert not gpu_check._is_ours(os.getppid(), parents, me)
+    watch = GpuWatch(lambda: [GpuProcess(me, "python", 1), GpuProcess(os.getppid(), "bash", 1)], interval=0)
+    assert watch.look("now", kernel_alive=True) == [GpuProcess(os.getppid(), "bash", 1)]
+    # While a kernel runs, a pid this machine cannot see may be that kernel seen from outside a container.
+    assert GpuWatch(lambda: [STRANGER], interval=0).look("now", kernel_alive=True) == []
+    assert GpuWatch(lambda: [STRANGER], interval=0).look("now", kernel_alive=False) == [STRANGER]
+
+
+def test_keep_needs_a_commit_and_the_devices_sizes(tmp_path, monkeypatch, capsys):
+    _write(tmp_path, "01_fine.ipynb", "pass")
+    monkeypatch.setattr(gpu_check, "current_commit", lambda root=None: None)
+    argv = ["--notebooks", str(tmp_path), "--out", str(tmp_path / "o"), "--allow-cpu", "--keep"]
+    assert gpu_check.main(argv) == 2
+    assert "pass --commit" in capsys.readouterr().err
+    assert gpu_check.main([*argv, "--commit", "abc1234", "--quick"]) == 2
+    assert "leave out --quick" in capsys.readouterr().err
+
+
+def test_the_nvidia_smi_answer_is_read(monkeypatch):
+    answer = "1234, python3, 2048\n5678, /usr/bin/python, [N/A]\n"
+    monkeypatch.setattr(gpu_check, "_nvidia_smi", lambda *query: answer)
+    assert gpu_check.gpu_processes() == [GpuProcess(1234, "python3", 2048), GpuProcess(5678, "/usr/bin/python", None)]
+    monkeypatch.setattr(gpu_check, "_nvidia_smi", lambda *query: "")
+    assert gpu_check.gpu_processes() == []
