@@ -10,6 +10,10 @@ discovering what is there (never a fixed list):
   the Colab badge (an image fetched from Google) replaced by a plain link to the student
   version, built from ``[project.urls] Repository`` (``repo_url``);
 * ``instructor-guide.md``: ``grading/README.md``;
+* ``gpu-runs.md``: the kept GPU runs (``notebooks/gpu-runs/``), their conditions and READMEs; each
+  notebook page that a kept run holds gets a note, and its cells' kept outputs go to
+  ``out/kept-runs/NN_slug.json`` (figures to ``_static/kept-runs/``), which the ``kept_runs``
+  extension (``docs/kept_runs.py``) places beside the build's own outputs;
 * ``conf.py``, ``_static/`` from ``docs/``, and MathJax from the ``jupyter-server-mathjax`` wheel.
 
 Relative links in the notebooks and the guide that do not point at a page of the site
@@ -26,6 +30,7 @@ from __future__ import annotations
 import argparse
 import copy
 import hashlib
+import json
 import os
 import re
 import shutil
@@ -39,6 +44,9 @@ from nbformat import NotebookNode
 from course_utils.env import quick_mode
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tools"))  # the maintainers' scripts
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # the site's own Sphinx extension (kept_runs)
+from gpu_runs import KeptRun, kept_runs
+from kept_runs import RUNS_PAGE, prepare_page, run_label, run_target
 from repo_url import colab_url, repository_url
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -124,8 +132,8 @@ def _table_cell(text: str) -> str:
     return text.replace("|", "\\|")
 
 
-def course_map(paths: list[Path], root: Path = ROOT) -> str:
-    """The course map (a table: number, title linking the page, summary, Colab) and the tables of contents."""
+def course_map(paths: list[Path], root: Path = ROOT, runs: list[KeptRun] | None = None) -> str:
+    """The course map (a table: number, title linking the page, summary, Colab), the kept GPU runs, the contents."""
     rows = ["| # | notebook | what you learn | Colab |", "|---|---|---|---|"]
     for path in paths:
         title, summary = title_and_summary(nbformat.read(path, as_version=4))
@@ -134,12 +142,73 @@ def course_map(paths: list[Path], root: Path = ROOT) -> str:
             f"| [open]({colab_url(path.stem, root)}) |"
         )
     pages = "\n".join(path.stem for path in paths)
+    kept = ""
+    if runs:
+        listed = "; ".join(
+            f"{{ref}}`{run_label(run)} <{run_target(run)}>` (notebooks {', '.join(sorted(run.notebook_paths))})"
+            for run in runs
+        )
+        kept = (
+            f"What a GPU printed, kept with the course: {listed}. Those notebooks' pages show its "
+            f"outputs beside this site's own, cell by cell ([all kept runs]({RUNS_PAGE}.md)).\n\n"
+        )
     return (
-        "## Course map\n\n" + "\n".join(rows) + "\n\n"
-        f"For instructors: [grading a class]({GUIDE}.md) with the course's nbgrader tools.\n\n"
+        "## Course map\n\n"
+        + "\n".join(rows)
+        + "\n\n"
+        + kept
+        + f"For instructors: [grading a class]({GUIDE}.md) with the course's nbgrader tools.\n\n"
         f"```{{toctree}}\n:hidden:\n:caption: Notebooks\n\n{pages}\n```\n\n"
-        f"```{{toctree}}\n:hidden:\n:caption: Instructors\n\n{GUIDE}\n```\n"
+        + (f"```{{toctree}}\n:hidden:\n:caption: Kept GPU runs\n\n{RUNS_PAGE}\n```\n\n" if runs else "")
+        + f"```{{toctree}}\n:hidden:\n:caption: Instructors\n\n{GUIDE}\n```\n"
     )
+
+
+def runs_page(runs: list[KeptRun], pages: dict[str, str], root: Path = ROOT) -> str:
+    """The kept GPU runs: one section per run with its conditions, its notebooks and its README."""
+    parts = [
+        "# Kept GPU runs\n",
+        "What the course's notebooks printed on a GPU, kept in the repository (`notebooks/gpu-runs/`) so that "
+        "a learner without one reads what a datacenter GPU prints, and so that the course's sentences about GPUs "
+        "are checked against it (`tests/test_gpu_claims.py`). Each notebook page shows a run's outputs beside the "
+        "site's own build. A run printed the code of its commit: where a cell changed since, its page says so. "
+        "`python tests/gpu_check.py --keep` on a GPU machine adds a run (CONTRIBUTING.md).\n",
+    ]
+    for run in runs:
+        info = run.info
+        notebooks = ", ".join(f"[{path.stem[:2]}]({path.name})" for path in run.notebook_paths.values())
+        others = ", ".join(info["other_gpu_processes"]) or "none seen"
+        alone = "one notebook at a time" if info["one_notebook_at_a_time"] else "SEVERAL NOTEBOOKS AT ONCE"
+        folder = f"notebooks/gpu-runs/{run.name}"
+        readme = (run.folder / "README.md").read_text(encoding="utf-8")
+        readme = re.sub(r"^(#+) ", lambda m: "#" * min(len(m.group(1)) + 2, 6) + " ", readme, flags=re.M)
+        parts += [
+            f"({run_target(run)})=\n## {run_label(run)}\n",
+            "| | |\n|---|---|",
+            f"| GPU | {info['gpu']}, {info['gpu_memory_mib']:,} MiB, compute capability {info['compute_capability']}, "
+            f"driver {info['driver']} |",
+            f"| host | {info['cpu']} |",
+            f"| software | Python {info['python']}, torch {info['torch']} (CUDA {info['cuda']}), "
+            f"torchao {info['torchao']} |",
+            f"| code | commit `{info['commit']}`, run on {info['date']} |",
+            f"| conditions | {alone}; other processes on the GPU: {others}; "
+            f"{'small' if info['quick'] else 'full'} problem sizes |",
+            f"| notebooks | {notebooks} |",
+            f"| files | [{folder}/]({repository_url(root)}/tree/main/{folder}) |\n",
+            "The run's README:\n",
+            rewrite_links(readme, f"{folder}/README.md", pages, root),
+        ]
+    return "\n".join(parts) + "\n"
+
+
+def this_machine() -> str:
+    """The machine the site's notebooks run on, for the first column of each side-by-side output."""
+    import torch
+
+    from course_utils.device import device_name
+
+    sizes = "small sizes (COURSE_QUICK=1)" if quick_mode() else "full sizes"
+    return f"{device_name('cpu')} · torch {torch.__version__} · {sizes}"
 
 
 def _write(path: Path, text: str) -> None:
@@ -168,18 +237,32 @@ def prepare(out: Path, root: Path = ROOT) -> Path:
         raise SystemExit(f"site: no notebooks/NN_*.ipynb in {root}")
     pages = {f"notebooks/{p.name}": p.name for p in paths}
     pages |= {"grading/README.md": f"{GUIDE}.md", "README.md": "index.md"}
+    runs = kept_runs(root / "notebooks" / "gpu-runs")
+    static, data_dir = src / "_static" / "kept-runs", out / "kept-runs"
+    machine = this_machine() if runs else ""
+    images: set[str] = set()
+    data_dir.mkdir(parents=True, exist_ok=True)
     for path in paths:
-        page = site_notebook(nbformat.read(path, as_version=4), path.stem, pages, root)
+        source = nbformat.read(path, as_version=4)
+        page, kept = prepare_page(site_notebook(source, path.stem, pages, root), source, path.stem, runs, static)
         _write(src / path.name, nbformat.writes(page) + "\n")
+        images |= set(kept.pop("images", []))
+        _write(data_dir / f"{path.stem}.json", json.dumps({**kept, "this_machine": machine}, indent=1) + "\n")
     for stale in set(src.glob("*.ipynb")) - {src / p.name for p in paths}:
         stale.unlink()
+    for stale in {p for p in static.rglob("*") if p.is_file()} - {Path(p) for p in images}:
+        stale.unlink()
+    if runs:
+        _write(src / f"{RUNS_PAGE}.md", runs_page(runs, pages, root))
+    elif (src / f"{RUNS_PAGE}.md").exists():
+        (src / f"{RUNS_PAGE}.md").unlink()
     guide = (root / "grading" / "README.md").read_text(encoding="utf-8")
     _write(src / f"{GUIDE}.md", rewrite_links(guide, "grading/README.md", pages, root))
     run_note = "on a CPU, at the small problem sizes of the test suite (`COURSE_QUICK=1`)"
     if not quick_mode():
         run_note = "on a CPU, at full problem sizes"
     index = string.Template((DOCS / "index.md").read_text(encoding="utf-8")).substitute(
-        run_note=run_note, repository=repository_url(root), course_map=course_map(paths, root)
+        run_note=run_note, repository=repository_url(root), course_map=course_map(paths, root, runs)
     )
     _write(src / "index.md", index)
     _write(src / "conf.py", (DOCS / "conf.py").read_text(encoding="utf-8"))

@@ -15,8 +15,11 @@ SITE = Path(__file__).resolve().parents[1]  # build/site: src/ (this file), html
 
 project = "Optimization techniques for PyTorch"
 html_title = project
-extensions = ["myst_nb"]
+# kept_runs (docs/kept_runs.py, importable because build_site.py puts docs/ on sys.path): the kept GPU
+# runs' outputs beside the build's own, from the files build_site.py writes to build/site/kept-runs/.
+extensions = ["myst_nb", "kept_runs"]
 exclude_patterns = ["_static"]
+kept_runs_data = str(SITE / "kept-runs")
 
 # Notebooks: run in a fresh kernel at build time, cached; a cell that raises fails the build.
 nb_execution_mode = "cache"

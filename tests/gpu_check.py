@@ -26,7 +26,7 @@ other GPU processes seen) go to one folder (``gpu-check/`` by default).
 
 **Keeping a run** (``--keep``): the run also goes to ``notebooks/gpu-runs/<gpu>-torch<X.Y>-<commit>/``
 (``--runs-dir`` for another folder), the kept-run layout that ``tests/test_gpu_claims.py``
-checks the course's GPU sentences against and the course site shows (``tests/gpu_runs.py``):
+checks the course's GPU sentences against and the course site shows (``tools/gpu_runs.py``):
 the notebooks that ran, ``summary.md``, ``README.md`` (the conditions) and ``run.json``. A
 folder of the same name is replaced. It refuses to keep a run during which another process
 used the GPU (``--keep-shared`` keeps it anyway, and its README and run.json say so), a run at
@@ -89,7 +89,7 @@ NEEDED: dict[str, str] = {
 WARNING_LINE = re.compile(r"\b[A-Z]\w*Warning\b|^\s*(\[rank\d+\]:)?\[?[WE]\d{4} \d\d:\d\d:\d\d")
 
 # The machine, read in a child process so that this one never holds a CUDA context of its own
-# (it would show as a process on the GPU). Keys as in tests/gpu_runs.py's RUN_FIELDS.
+# (it would show as a process on the GPU). Keys as in tools/gpu_runs.py's RUN_FIELDS.
 _ENVIRONMENT_SCRIPT = r"""
 import json, os, platform, sys, importlib.metadata as md
 import torch

@@ -155,7 +155,7 @@ def test_a_quiet_run_is_kept_in_the_kept_run_layout_one_notebook_at_a_time(tmp_p
     assert "2 notebook(s), one at a time, each in a fresh kernel" in out
     assert "other processes on the GPU: none seen" in out
     assert fake.calls >= 1 + 2 * 3, "asked before the run, while each notebook ran, and after each"
-    run = gpu_runs.read_run(runs / "h200-torch2.11-abc1234")  # the layout tests/gpu_runs.py reads
+    run = gpu_runs.read_run(runs / "h200-torch2.11-abc1234")  # the layout tools/gpu_runs.py reads
     assert run.info["one_notebook_at_a_time"] and run.info["other_gpu_processes"] == []
     assert run.info["notebooks"] == ["01_a.ipynb", "02_b.ipynb"] and run.info["commit"] == "abc1234"
     assert run.notebook("02").cells[0].outputs[0]["text"] == "done\n"
