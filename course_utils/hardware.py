@@ -27,10 +27,13 @@ __all__ = [
     "DevicePeak",
     "VectorUnits",
     "achieved_fraction",
+    "bf16_extensions",
     "cpu_clock",
+    "cpu_info",
     "cpu_peak_from",
     "estimate_cpu_peak",
     "parse_cpuinfo",
+    "peak_bandwidth_gbs",
     "peak_for",
     "peak_for_name",
     "peak_gflops",
@@ -133,6 +136,16 @@ def peak_for(device: torch.device | str) -> DevicePeak | None:
     if device.type != "cuda":
         return None
     return peak_for_name(torch.cuda.get_device_name(device))
+
+
+def peak_bandwidth_gbs(device: torch.device | str) -> float | None:
+    """Datasheet memory bandwidth of a CUDA device in GB/s, or ``None`` where none is listed.
+
+    ``None`` for an unlisted GPU, MPS and the CPU (a CPU's bandwidth depends on its memory
+    channels and modules, which no table here knows).
+    """
+    peak = peak_for(device)
+    return peak.bandwidth_gbs if peak else None
 
 
 # ---------------------------------------------------------------------------- CPU
@@ -291,6 +304,32 @@ def vector_units(info: CpuInfo, machine: str = "") -> VectorUnits:
             return VectorUnits(flops, "NEON", core, pipes)
         return VectorUnits(_fma_flops(2, 128), "NEON", "64-bit Arm", "2 x 128-bit FMA pipes (assumed)")
     return VectorUnits(8, "SSE", "x86 baseline", "one 128-bit add and one 128-bit multiply per cycle (assumed)")
+
+
+# bfloat16 instructions as /proc/cpuinfo names them (x86 flags, Arm "Features"), fastest first:
+# AMX tiles multiply bfloat16 matrices (Intel Sapphire Rapids and newer); AVX512-BF16 has
+# bfloat16 dot products on 512-bit vectors (Intel Cooper Lake and newer, AMD Zen 4 and newer);
+# Arm's BF16 extension (Armv8.6-A, e.g. Neoverse V1) adds BFDOT and BFMMLA.
+_BF16_FLAGS: dict[str, str] = {"amx_bf16": "AMX-BF16", "avx512_bf16": "AVX512-BF16", "bf16": "Arm BF16"}
+
+
+def bf16_extensions(info: CpuInfo) -> tuple[str, ...]:
+    """The bfloat16 instructions a CPU reports, fastest first; empty if it has none.
+
+    Without any of them a CPU converts bfloat16 to float32 to compute, so a matmul limited by
+    arithmetic cannot run faster in bfloat16 than in float32 there.
+
+    >>> bf16_extensions(CpuInfo(flags=frozenset({"avx2", "fma", "avx512_bf16"})))
+    ('AVX512-BF16',)
+    >>> bf16_extensions(CpuInfo(flags=frozenset({"avx2", "fma"})))
+    ()
+    """
+    return tuple(name for flag, name in _BF16_FLAGS.items() if flag in info.flags)
+
+
+def cpu_info() -> CpuInfo:
+    """This machine's /proc/cpuinfo, parsed; empty fields where there is none (macOS, Windows)."""
+    return parse_cpuinfo(_read("/proc/cpuinfo") or "")
 
 
 def cpu_clock(max_freq_khz: str | None, info: CpuInfo) -> tuple[float, str]:

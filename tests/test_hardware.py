@@ -246,3 +246,29 @@ def test_achieved_fraction():
     assert achieved_fraction(50.0, 200.0) == 0.25
     with pytest.raises(ValueError):
         achieved_fraction(1.0, 0.0)
+
+
+def test_peak_bandwidth_reads_the_datasheet_entry(monkeypatch):
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: "Tesla T4")
+    assert hardware.peak_bandwidth_gbs("cuda") == 320.0
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: "NVIDIA H200")
+    assert hardware.peak_bandwidth_gbs("cuda") == 4800.0
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: "Some Future GPU")
+    assert hardware.peak_bandwidth_gbs("cuda") is None
+    assert hardware.peak_bandwidth_gbs("cpu") is None
+
+
+def test_bf16_extensions_fastest_first():
+    assert hardware.bf16_extensions(parse_cpuinfo(EPYC_GENOA)) == ()  # its flags line lists no avx512_bf16
+    sapphire = CpuInfo(vendor="GenuineIntel", flags=frozenset({"avx512f", "avx512_bf16", "amx_bf16", "amx_tile"}))
+    assert hardware.bf16_extensions(sapphire) == ("AMX-BF16", "AVX512-BF16")
+    graviton3 = parse_cpuinfo("processor : 0\nFeatures : fp asimd sve bf16 i8mm\nCPU implementer : 0x41\n")
+    assert hardware.bf16_extensions(graviton3) == ("Arm BF16",)
+    assert hardware.bf16_extensions(CpuInfo()) == ()
+
+
+def test_cpu_info_reads_this_machine(monkeypatch):
+    monkeypatch.setattr(hardware, "_read", lambda path: EPYC_GENOA if path == "/proc/cpuinfo" else None)
+    assert hardware.cpu_info() == parse_cpuinfo(EPYC_GENOA)
+    monkeypatch.setattr(hardware, "_read", lambda path: None)
+    assert hardware.cpu_info() == CpuInfo()
