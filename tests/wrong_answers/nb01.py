@@ -32,6 +32,13 @@ TIMER_SYNC_EVERY_CALL = (
     + "        fn(); sync()\n"
     + "    return (clock() - start) / repeats\n"
 )
+TIMER_FIXED_ANSWER = (  # the right calls, then the example's answer: only the hidden tests' other speeds catch it
+    TIMER
+    + "    fn(); sync(); clock()\n"
+    + "    for _ in range(repeats): fn()\n"
+    + "    sync(); clock()\n"
+    + "    return 0.5\n"
+)
 TIMER_ALL_CALLS_TIMED = (
     TIMER
     + "    sync(); start = clock()\n"
@@ -68,6 +75,9 @@ WRONG = [
     Wrong("01", "ex2_time_per_call", "reads its own clock", TIMER_OWN_CLOCK, CALL_ORDER, False),
     Wrong("01", "ex2_time_per_call", "synchronises after every call", TIMER_SYNC_EVERY_CALL, CALL_ORDER, False),
     Wrong("01", "ex2_time_per_call", "times the warm-up too", TIMER_ALL_CALLS_TIMED, CALL_ORDER, False),
+    Wrong(
+        "01", "ex2_time_per_call", "returns the example's answer", TIMER_FIXED_ANSWER, "should be about 0.25, got 0.5"
+    ),
     Wrong(
         "01",
         "ex3_choose_device",
