@@ -308,8 +308,8 @@ def vector_units(info: CpuInfo, machine: str = "") -> VectorUnits:
 
 # bfloat16 instructions as /proc/cpuinfo names them (x86 flags, Arm "Features"), fastest first:
 # AMX tiles multiply bfloat16 matrices (Intel Sapphire Rapids and newer); AVX512-BF16 has
-# bfloat16 dot products on 512-bit vectors (Intel Cooper Lake and newer, AMD Zen 4 and newer);
-# Arm's BF16 extension (Armv8.6-A, e.g. Neoverse V1) adds BFDOT and BFMMLA.
+# bfloat16 dot products on 512-bit vectors (Intel Cooper Lake, Sapphire Rapids on; AMD Zen 4 on);
+# Arm's BF16 extension (optional from Armv8.2-A, part of Armv8.6-A; Neoverse V1 has it) adds BFDOT and BFMMLA.
 _BF16_FLAGS: dict[str, str] = {"amx_bf16": "AMX-BF16", "avx512_bf16": "AVX512-BF16", "bf16": "Arm BF16"}
 
 
