@@ -98,6 +98,14 @@ WRONG = [
     Wrong(
         "01", "ex4_sync_lines", "counts reading the shape", "SYNC_LINES = {4, 5, 7, 9, 10, 11}", NOT_THE_SYNC_SET, False
     ),
+    Wrong(
+        "01",
+        "ex3_choose_device",
+        "no CPU fallback",
+        CHOOSE + "    if cuda_available:\n        return 'cuda'\n    elif mps_available:\n        return 'mps'",
+        r"choose_device_type\(False, False\) should be a str, got NoneType",
+        False,
+    ),
     Wrong("01", "ex4_sync_lines", "misses the Python if", "SYNC_LINES = {4, 5, 10, 11}", NOT_THE_SYNC_SET, False),
     Wrong(
         "01", "ex4_sync_lines", "counts the queued matmul", "SYNC_LINES = {2, 4, 5, 7, 10, 11}", NOT_THE_SYNC_SET, False

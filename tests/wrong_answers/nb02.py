@@ -89,6 +89,10 @@ ONCE_PER_DTYPE = _BY_DTYPE.replace(
             return tensor
 """,
 )
+TENSOR_BYTES_NOT_STORAGE = ONCE_PER_DTYPE.replace(
+    "(str(tensor.device), tensor.untyped_storage().data_ptr(), tensor.dtype)",
+    "(str(tensor.device), tensor.untyped_storage().data_ptr())",
+).replace("nbytes = tensor.untyped_storage().nbytes()", "nbytes = tensor.numel() * tensor.element_size()")
 PACK_RETURNS_NOTHING = ONCE_PER_DTYPE.replace(
     "(str(tensor.device), tensor.untyped_storage().data_ptr(), tensor.dtype)",
     "(str(tensor.device), tensor.untyped_storage().data_ptr())",
@@ -159,6 +163,14 @@ WRONG = [
         "pack returns nothing",
         PACK_RETURNS_NOTHING,
         "backward failed after a SavedBytesByDtype block .*does your pack hook return the tensor",
+        False,
+    ),
+    Wrong(
+        "02",
+        "ex3_saved_bytes_by_dtype",
+        "the view's bytes, not its storage's",
+        TENSOR_BYTES_NOT_STORAGE,
+        r"a counter over views of one tensor\.bytes_by_dtype\[torch\.float64\] should be 288, got 192",
         False,
     ),
     Wrong("02", "ex4_mlp_activations", "no size for bfloat16", SIZES_WITHOUT_BFLOAT16, "raised KeyError", False),
