@@ -1,66 +1,77 @@
-"""The grader's own code inside the grading kernel: tamper checks before every test cell, and
-a watch on the values each test cell compares, so that objects that lie earn no points.
+"""The grader's own code inside the grading kernel: what the tests rely on is checked before,
+during and after every test cell, the test runs in a scope the code under test cannot reach,
+and objects that lie earn no points.
 
-Contract, grader side: ``preamble(sources)`` is the source of the first cell the grader
-runs, before any learner code; ``guard(index)`` is the source of the cell it runs right
-before every test cell (``index``: the guard cell's position in the notebook). The guard
-cell answers with ``digest(token, index)``, an HMAC of a secret the worker hands the
-kernel in ``TOKEN_FILE`` (read and deleted by ``install``, before any learner code runs):
-the executor fails every later test when the answer is missing or wrong, so a submission
-that replaces the guard (say, through ``builtins.__import__``) without finding the secret
-in the kernel's memory is caught from outside the kernel. Kernel side (this module is
-imported inside the kernel; it only imports the standard library until ``install`` is
-told which modules the notebook uses):
+Contract, grader side: ``preamble(sources)`` is the source of the first cell the grader runs,
+before any learner code; ``guard(index, hidden)`` the source of the cell it runs right before
+each test cell (``hidden``: the test cell's hidden-test line numbers) and ``closing(index)``
+the source of the cell it runs right after. Each of these two answers with
+``digest(token, index, phase)``, an HMAC of a secret the worker hands the kernel in
+``TOKEN_FILE``; the executor fails the test, and every later one, when the answer is
+missing or wrong. Test cells themselves are sent with ``store_history=False``.
 
-* ``install`` records the objects the tests rely on: comparison functions of torch, numpy
-  and math, the ``course_utils.checks`` helpers and the references they bound, a few
-  builtins, the modules in ``sys.modules``, IPython's execution and error machinery
-  (``run_cell``, ``showtraceback``, the AST and input transformers, the event callbacks),
-  the trace function, and torch's function and dispatch mode stacks;
-* ``check`` compares them again. If anything was replaced it raises
-  ``GradingIntegrityError`` naming what changed (the grader then scores this test cell
-  and every later one 0 without running it). Otherwise it arms a transformer for the next
-  cell (the test cell) only;
-* the armed transformer rewrites that test cell's AST so that every value the test uses
-  (each name, call result, attribute and item it reads), each ``assert`` and each single
-  comparison passes through ``inspect_value``/``compare``/``truth`` first. These raise
-  ``GradingIntegrityError`` (the test scores 0, the note says what was found) on an
-  object that can lie about comparisons:
+Kernel side (this module only imports the standard library until ``install`` is told which
+modules the notebook uses):
 
-  - an instance of a ``torch.Tensor`` subclass defined outside installed code (in the
-    notebook, or in a file beside it) that redefines ``__torch_function__``,
-    ``__torch_dispatch__`` or anything ``torch.Tensor`` has (``item``, ``shape``,
-    ``allclose``, ``__eq__``, ...);
-  - an instance of a subclass of a plain value type (``int``, ``float``, ``str``,
-    ``tuple``, ``list``, ``dict``, numpy arrays, ...) defined outside installed code that
-    redefines how it compares or converts (``__eq__``, ``__float__``, ``__index__``, ...);
-  - any object whose class, defined outside installed code, implements torch's or numpy's
-    override protocols (``__torch_function__``, ``__array_function__``, ...);
-  - in a single comparison (``a == b``, ``a < b``, ``a in b``) with a plain value on the
-    other side, an object whose class, defined outside installed code, defines its own
-    comparison (an ``__eq__`` that always returns True).
+* ``install`` records what the tests rely on and what it is made of: the comparison
+  functions of torch, numpy and math, the ``course_utils.checks`` helpers, a few builtins,
+  IPython's execution, display and error machinery, the trace function, torch's mode stacks,
+  and, walked from each Python function among them, its code, defaults, keyword defaults,
+  the variables it closes over, the global names and builtins its code uses, the attributes
+  of the modules and classes it reaches, ``__wrapped__``, the virtual subclasses of the
+  abstract classes it tests against, and this module's own functions, classes and state.
+  Then it installs an audit hook (``sys.addaudithook``) that keeps the secret (no attribute
+  holds it) and decides every verdict: it refuses, and records, any change to the code,
+  defaults or keyword defaults of a recorded function, a second audit hook, and opening
+  ``/proc/*/mem``; ``gc``'s object-finding functions called by the notebook's code at any
+  time; frame and trace access (``sys._getframe``, tracebacks' and generators' frames,
+  ``settrace``) by the notebook's code while a test runs;
+* ``check`` (the cell before a test) asks the hook: it compares everything recorded, checks
+  IPython's transformers, callbacks, display hooks and formatters, the trace and profile
+  functions, torch's modes, signal handlers and threads running the notebook's code, and
+  only then answers and arms the next cell;
+* the armed test cell is rewritten before it runs: its body becomes a function's, so its
+  variables and helper functions are locals that the code under test cannot read or rebind
+  (they are copied to the namespace when the test ends, as nbgrader leaves them); the names
+  it reads are pinned; every value it uses (names, call results, attributes, items), every
+  ``assert`` and single comparison passes through ``inspect_value``/``compare``/``truth``;
+  after every call, before its result is used, everything recorded is compared again. The
+  cell's source is scrubbed of its hidden lines in ``linecache``, in the kernel's request
+  and in IPython's execution record, so that neither the code under test nor a later cell
+  can read them; its value (nbgrader's partial credit) is displayed without touching
+  ``Out``/``_``;
+* ``close`` (the cell after a test) compares everything again (a change the test's own calls
+  made fails that test too) and removes what the test left: the last traceback and its frames.
 
-  Two objects of classes the notebook defined may still be compared with each other (an
-  exercise that asks for a ``Fraction`` with ``__eq__``); values inside containers are
-  inspected to a bounded depth and length.
+The checks on objects that lie are as before: ``GradingIntegrityError`` (the test scores 0,
+the note says what was found) on an instance of a ``torch.Tensor`` subclass defined outside
+installed code that redefines ``__torch_function__``, ``__torch_dispatch__`` or anything
+``torch.Tensor`` has; a subclass of a plain value type so defined that redefines how it
+compares or converts; any object whose class so defined implements torch's or numpy's
+override protocols or redefines ``__class__``; and, in a comparison with a plain value on
+the other side, an object whose class so defined has its own comparison.
 
-This is a tripwire and a filter for the attacks a learner can write, not a proof: code
-running in the same interpreter can in principle reach the grader's state too. The
-README's threat model says so, and what escapes it.
+All of this runs in the learner's interpreter: it is a tripwire and a filter, not a proof.
+The README's threat model says what it stops, what only the grader outside the kernel
+guarantees, and what escapes.
 """
 
 from __future__ import annotations
 
 import ast
+import linecache
 import os
 import sys
 import types
 
 __all__ = [
+    "HELPERS",
     "ROLE_KEY",
     "TOKEN_FILE",
     "GradingIntegrityError",
     "check",
+    "close",
+    "closing",
     "digest",
     "guard",
     "install",
@@ -69,11 +80,20 @@ __all__ = [
 ]
 
 ROLE_KEY = "course_grading"
-HELPERS = "__course_grading__"  # the name the rewritten test cell calls the checks through
+HELPERS = "__course_grading__"  # the name the grader's check cell hands the next test its helpers through
+LOCAL = "__course_g__"  # the test function's own reference to them (a local: nothing can rebind it)
+TEST_FUNCTION = "__course_test__"
+RESULT = "__course_result__"
 TOKEN_FILE = ".course-grading-token"  # in the kernel's working directory until ``install`` reads it
+EVENT = "course_grading."  # the audit events of the grader's protocol
+
+# positions of the helpers in the tuple a test cell receives (a tuple: nothing can replace an item)
+VALUE, COMPARE, TRUTH, RETURNED, EXPORT, LOCALS, INITIAL, RUN, PIN, DISPLAY = range(10)
 
 _MAX_ITEMS = 10_000  # elements of one container inspected
 _MAX_DEPTH = 6
+_LIBRARY_DEPTH = 2  # how far the record follows installed libraries' functions (course code: all the way)
+_MAX_RECORDS = 12_000
 
 
 def watched_modules(sources: list[str]) -> list[str]:
@@ -89,17 +109,23 @@ def watched_modules(sources: list[str]) -> list[str]:
     return wanted
 
 
-def guard(index: int) -> str:
-    """The source of the guard cell at position ``index`` of the notebook."""
-    return f'__import__("grading.guard", fromlist=["check"]).check({int(index)})'
+def guard(index: int, hidden: tuple[int, ...] | list[int] = ()) -> str:
+    """The source of the check cell at position ``index`` (the next cell's hidden lines: ``hidden``)."""
+    lines = tuple(sorted({int(i) for i in hidden}))
+    return f'__import__("grading.guard", fromlist=["check"]).check({int(index)}, {lines!r})'
 
 
-def digest(token: str | None, index: int) -> str:
-    """What the guard cell at ``index`` answers when the secret is ``token``."""
+def closing(index: int) -> str:
+    """The source of the cell at position ``index`` that closes the test before it."""
+    return f'__import__("grading.guard", fromlist=["close"]).close({int(index)})'
+
+
+def digest(token: str | None, index: int, phase: str = "check") -> str:
+    """What the grader's cell at ``index`` answers in ``phase`` (``check`` or ``close``) for ``token``."""
     import hashlib
     import hmac
 
-    return hmac.new((token or "").encode(), str(index).encode(), hashlib.sha256).hexdigest()[:32]
+    return hmac.new((token or "").encode(), f"{phase}:{int(index)}".encode(), hashlib.sha256).hexdigest()[:32]
 
 
 def preamble(sources: list[str]) -> str:
@@ -134,16 +160,30 @@ class GradingIntegrityError(Exception):
 
 def _trusted_roots() -> tuple[str, ...]:
     roots = {sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix, os.path.dirname(os.__file__)}
-    for name in ("course_utils", "grading"):
-        package = sys.modules.get(name)
-        if package is not None and getattr(package, "__path__", None):
-            roots.update(os.path.dirname(p) for p in package.__path__)
-    resolved = {os.path.realpath(r).rstrip(os.sep) + os.sep for r in roots if r}
+    roots.update(_course_roots())
+    resolved = {form.rstrip(os.sep) + os.sep for r in roots if r for form in (r, os.path.realpath(r))}
     return tuple(sorted(r for r in resolved if r != os.sep))  # "/" as a prefix would trust everything
 
 
-def _installed_file(filename: object, roots: tuple[str, ...]) -> bool:
-    return isinstance(filename, str) and os.path.realpath(filename).startswith(roots)
+def _course_roots() -> tuple[str, ...]:
+    """The folders of this course's own packages (``course_utils``, ``grading``): recorded all the way down."""
+    roots = []
+    for name in ("course_utils", "grading"):
+        package = sys.modules.get(name)
+        if package is not None and getattr(package, "__path__", None):
+            roots += [os.path.realpath(p).rstrip(os.sep) + os.sep for p in package.__path__]
+    return tuple(roots)
+
+
+def _installed_file(filename: object, roots: tuple[str, ...], cache: dict | None = None) -> bool:
+    if not isinstance(filename, str):
+        return False
+    if cache is not None and filename in cache:
+        return cache[filename]
+    found = os.path.realpath(filename).startswith(roots)
+    if cache is not None:
+        cache[filename] = found
+    return found
 
 
 def _code_files(value: object) -> list[object]:
@@ -156,21 +196,279 @@ def _code_files(value: object) -> list[object]:
     return files
 
 
+def _trusted(value: object, roots: tuple[str, ...], cache: dict | None = None) -> bool:
+    """Whether a callable or object comes from installed code (torch, matplotlib, ...), not the submission."""
+    files = _code_files(value)
+    if files:
+        return all(_installed_file(f, roots, cache) for f in files)
+    if isinstance(value, types.BuiltinFunctionType | types.BuiltinMethodType | types.MethodWrapperType):
+        return True  # C code of the interpreter or an extension: nothing a submission wrote
+    cls = value if isinstance(value, type) else type(value)
+    module_name = getattr(cls, "__module__", "") or ""
+    if module_name in sys.builtin_module_names:
+        return True  # the interpreter's own classes (int, float, ...)
+    module = sys.modules.get(module_name)
+    if module_name == "__main__" or not _installed_file(getattr(module, "__file__", None), roots, cache):
+        return False
+    return all(_installed_file(f, roots, cache) for klass in cls.__mro__ for v in vars(klass).values()
+               for f in _code_files(v))  # fmt: skip
+
+
+# ---------------------------------------------------------------------------------------
+# records: what the tests rely on, and what it is made of
+
+
+class _Missing:
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "<missing>"
+
+
+_MISSING = _Missing()
+
+# kinds of record: (kind, target, key, expected, label)
+_ITEM = 0  # target.get(key) is expected (a module's, class's, instance's or builtins' dictionary)
+_ATTR = 1  # getattr(target, key) is expected (a function's __code__, __defaults__, ...)
+_CELL = 2  # a closure cell still holds expected
+_SNAP = 3  # a dict, list or set still holds exactly the objects in expected
+_OPTIONAL = 4  # target.get(key) is expected or absent (a name of the notebook's namespace)
+_ADDED = 5  # getattr(target, key) (a list or dict of hooks) gained nothing from the submission's code
+_ABC = 6  # no class of the submission's was registered as a virtual subclass of target
+
+
+def _names(code: types.CodeType) -> set[str]:
+    """Every global and attribute name a code object and the code nested in it use."""
+    names = set(code.co_names)
+    for const in code.co_consts:
+        if isinstance(const, types.CodeType):
+            names |= _names(const)
+    return names
+
+
+def _contents(value: object) -> tuple:
+    if isinstance(value, dict):
+        return tuple(value.items())
+    return tuple(value)  # type: ignore[arg-type]
+
+
+def _same_contents(value: object, expected: tuple) -> bool:
+    now = _contents(value)
+    if len(now) != len(expected):
+        return False
+    for a, b in zip(now, expected, strict=True):
+        if isinstance(a, tuple) and isinstance(b, tuple) and len(a) == len(b) == 2:
+            if a[0] != b[0] or a[1] is not b[1]:
+                return False
+        elif a is not b:
+            return False
+    return True
+
+
+def _cell_contents(cell: types.CellType) -> object:
+    try:
+        return cell.cell_contents
+    except ValueError:
+        return _MISSING
+
+
+def _hook_lists(shell) -> list[tuple[object, str, str]]:
+    """(owner, attribute, label) of IPython's lists and tables of code it runs around cells and outputs."""
+    found = []
+    for name in ("ast_transformers", "input_transformers_cleanup", "input_transformers_post"):
+        if isinstance(getattr(shell, name, None), list):
+            found.append((shell, name, "IPython's input or AST transformers (code that rewrites cells)"))
+    manager = getattr(shell, "input_transformer_manager", None)
+    for name, value in vars(manager).items() if manager is not None else ():
+        if isinstance(value, list):
+            found.append((manager, name, "IPython's input or AST transformers (code that rewrites cells)"))
+    events = getattr(getattr(shell, "events", None), "callbacks", None)
+    for event in events or {}:
+        found.append((events, event, "IPython event callbacks (code that runs around each cell)"))
+    for owner in (getattr(shell, "displayhook", None), getattr(shell, "display_pub", None)):
+        if isinstance(getattr(owner, "_hooks", None), list):
+            found.append((owner, "_hooks", "IPython's display hooks (code that rewrites a cell's results)"))
+    formatter = getattr(shell, "display_formatter", None)
+    for mime, printer in (getattr(formatter, "formatters", None) or {}).items():
+        for table in ("type_printers", "deferred_printers", "singleton_printers"):
+            if isinstance(getattr(printer, table, None), dict):
+                found.append((printer, table, f"IPython's {mime} formatters (code that writes a cell's results)"))
+    return found
+
+
+_PROCESS_STATE = {  # attributes of sys that IPython and ipykernel rebind as they run cells
+    "excepthook", "displayhook", "breakpointhook", "unraisablehook", "stdout", "stderr", "stdin", "ps1", "ps2",
+    "ps3", "last_type", "last_value", "last_traceback", "last_exc", "tracebacklimit",
+}  # fmt: skip
+
+
+class _Recorder:
+    """Builds the records of what a set of objects is made of, following the names their code uses."""
+
+    def __init__(self, roots: tuple[str, ...], course: tuple[str, ...]):
+        self.roots = roots
+        self.course = course
+        self.records: list[tuple] = []
+        self.functions: list[types.FunctionType] = []  # the functions whose code and defaults are protected
+        self.labels: dict[int, str] = {}
+        self._keys: set[tuple[int, object]] = set()
+        self._seen: set[object] = set()
+        self._keep: list[object] = []  # keeps every recorded object alive, so that no id is reused
+
+    def add(self, kind: int, target: object, key: object, expected: object, label: str) -> None:
+        marker = (id(target), key if kind in (_ITEM, _ATTR, _OPTIONAL, _ADDED) else kind)
+        if marker in self._keys or len(self.records) >= _MAX_RECORDS:
+            return
+        self._keys.add(marker)
+        self._keep.append(target)
+        self.records.append((kind, target, key, expected, label))
+
+    def in_course(self, code: types.CodeType) -> bool:
+        return _installed_file(code.co_filename, self.course)
+
+    # -- attributes -----------------------------------------------------------------------
+
+    def attribute(self, owner: object, name: str, label: str) -> object:
+        """Record where ``owner.name`` comes from (instance, class and bases, or module): nothing may shadow it."""
+        if isinstance(owner, types.ModuleType):
+            found = vars(owner).get(name, _MISSING)
+            self.add(_ITEM, vars(owner), name, found, label)
+            return found
+        classes = owner.__mro__ if isinstance(owner, type) else type(owner).__mro__
+        if not isinstance(owner, type) and isinstance(getattr(owner, "__dict__", None), dict):
+            self.add(_ITEM, owner.__dict__, name, owner.__dict__.get(name, _MISSING), label)
+            traits = owner.__dict__.get("_trait_values")  # traitlets keeps a trait's value here, not in __dict__
+            if isinstance(traits, dict) and name in traits:
+                self.add(_ITEM, traits, name, traits[name], label)
+                return traits[name]
+        for klass in classes:
+            found = vars(klass).get(name, _MISSING)
+            self.add(_ITEM, vars(klass), name, found, label)
+            if found is not _MISSING:
+                return found
+        return _MISSING
+
+    # -- values -------------------------------------------------------------------------
+
+    def value(self, value: object, label: str, depth: int, names: set[str]) -> None:
+        """Follow ``value`` (reached by code that uses ``names``) when it is code, a module or a class."""
+        if isinstance(value, staticmethod | classmethod):
+            value = value.__func__
+        if isinstance(value, types.MethodType):
+            value = value.__func__
+        if isinstance(value, property):
+            for part in (value.fget, value.fset, value.fdel):
+                if part is not None:
+                    self.value(part, label, depth, names)
+            return
+        if isinstance(value, types.FunctionType):
+            self.function(value, label, depth)
+        elif isinstance(value, types.ModuleType):
+            self.module(value, label, depth, names)
+        elif isinstance(value, type):
+            self.klass(value, label, depth, names)
+        elif type(value).__name__ == "partial" and callable(getattr(value, "func", None)):
+            self.value(value.func, label, depth, names)
+
+    def module(self, module: types.ModuleType, label: str, depth: int, names: set[str]) -> None:
+        space = vars(module)
+        for name in sorted(names & space.keys() - (_PROCESS_STATE if module is sys else set())):
+            found = space[name]
+            if not (callable(found) or isinstance(found, types.ModuleType)):
+                continue  # a library's data may change as it works; its code may not
+            self.add(_ITEM, space, name, found, f"{module.__name__}.{name}")
+            if (id(module), name) not in self._seen:
+                self._seen.add((id(module), name))
+                self.value(found, f"{module.__name__}.{name}", depth, names)
+
+    def klass(self, cls: type, label: str, depth: int, names: set[str]) -> None:
+        if id(cls) in self._seen:
+            return
+        self._seen.add(id(cls))
+        qualified = f"{getattr(cls, '__module__', '?')}.{getattr(cls, '__qualname__', '?')}"
+        for name in sorted(names):
+            if any(name in vars(k) for k in cls.__mro__):
+                found = self.attribute(cls, name, f"{qualified}.{name}")
+                if depth < _LIBRARY_DEPTH:
+                    self.value(found, f"{qualified}.{name}", depth + 1, names)
+        meta = type(cls)
+        if meta is not type:
+            for name in ("__instancecheck__", "__subclasscheck__"):
+                self.attribute(meta, name, f"{qualified}'s {name}")
+        if hasattr(cls, "_abc_impl"):
+            import _abc
+
+            registered = frozenset(id(ref()) for ref in _abc._get_dump(cls)[0])
+            self.add(_ABC, cls, None, registered, f"the virtual subclasses of {qualified} (ABC.register)")
+
+    def function(self, function: types.FunctionType, label: str, depth: int) -> None:
+        if id(function) in self._seen:
+            return
+        self._seen.add(id(function))
+        code = function.__code__
+        course = self.in_course(code)
+        if not course and depth > _LIBRARY_DEPTH:
+            return
+        self.functions.append(function)  # the audit hook refuses to replace its code, defaults and keyword defaults
+        self.labels[id(function)] = label
+        keywords = function.__kwdefaults__
+        if keywords is not None:  # ... but not to change that dict in place
+            self.add(_SNAP, keywords, None, _contents(keywords), f"the keyword defaults of {label}")
+        attributes = function.__dict__
+        if course:
+            self.add(_SNAP, attributes, None, _contents(attributes), f"the attributes of {label} (__wrapped__, ...)")
+        else:
+            self.add(_ITEM, attributes, "__wrapped__", attributes.get("__wrapped__", _MISSING), f"{label}.__wrapped__")
+        names = _names(code)
+        step = depth if course else depth + 1
+        for cell in function.__closure__ or ():
+            held = _cell_contents(cell)
+            self.add(_CELL, cell, None, held, f"a variable {label} closes over")
+            self.value(held, label, step, names)
+        for default in (*(function.__defaults__ or ()), *(keywords or {}).values()):
+            self.value(default, label, step, names)
+        if "__wrapped__" in attributes:
+            self.value(attributes["__wrapped__"], f"{label}.__wrapped__", step, names)
+        space = function.__globals__
+        builtins = space.get("__builtins__")
+        builtins = vars(builtins) if isinstance(builtins, types.ModuleType) else builtins
+        where = space.get("__name__", "?")
+        for name in sorted(names):
+            if name in space:
+                found = space[name]
+                if course or callable(found) or isinstance(found, types.ModuleType):
+                    self.add(_ITEM, space, name, found, f"{where}.{name}")
+                    if course and isinstance(found, list | dict | set):
+                        self.add(_SNAP, found, None, _contents(found), f"what {where}.{name} holds")
+                    self.value(found, f"{where}.{name}", step, names)
+            elif isinstance(builtins, dict) and name in builtins:
+                self.add(_ITEM, space, name, _MISSING, f"{where}.{name} (a global that would hide the builtin)")
+                self.add(_ITEM, builtins, name, builtins[name], f"builtins.{name}")
+
+
 # ---------------------------------------------------------------------------------------
 # kernel-side state, set by install()
 
 
 class _State:
+    """What ``install`` recorded; the helpers a test cell calls are its bound methods."""
+
+    __slots__ = (
+        "armed", "compares", "containers", "core", "functions", "harmless", "helpers", "labels", "overrides",
+        "plain", "protocol", "records", "roots", "shell", "tensor_api", "tensor_types", "trace", "transformer",
+        "user_ns", "value_bases",
+    )  # fmt: skip
+    _MUTABLE = ("armed",)  # the only slot that changes: the hidden lines of the test cell about to run
+
     def __init__(self, shell, modules: list[str]):
         import builtins
         import math
 
-        self.token = _read_token()
         self.shell = shell
+        self.user_ns = shell.user_ns
         self.roots = _trusted_roots()
-        self.armed = False
-        self.verdicts: dict[type, tuple[str | None, str | None]] = {}
-        self.plain: set[type] = {
+        self.armed = None
+        plain: set[type] = {
             int, float, complex, bool, str, bytes, bytearray, type(None), type(NotImplemented), type(Ellipsis),
             range, slice, type, types.ModuleType, types.FunctionType, types.BuiltinFunctionType, types.MethodType,
             types.MethodWrapperType, types.WrapperDescriptorType, types.MethodDescriptorType,
@@ -178,49 +476,66 @@ class _State:
             types.GeneratorType, types.CodeType, types.SimpleNamespace, property, classmethod, staticmethod,
         }  # fmt: skip
         self.containers = (list, tuple, dict, set, frozenset)
-        self.value_bases: list[type] = [int, float, complex, str, bytes, bytearray, list, tuple, dict, set, frozenset]
-        self.protocol = {
+        value_bases: list[type] = [int, float, complex, str, bytes, bytearray, list, tuple, dict, set, frozenset]
+        self.protocol = frozenset({
             "__eq__", "__ne__", "__lt__", "__le__", "__gt__", "__ge__", "__bool__", "__len__", "__contains__",
             "__hash__", "__int__", "__float__", "__complex__", "__index__", "__abs__", "__round__", "__trunc__",
             "__floor__", "__ceil__", "__neg__", "__pos__", "__sub__", "__rsub__", "__add__", "__radd__",
             "__mul__", "__rmul__", "__truediv__", "__rtruediv__", "__iter__", "__getitem__", "__array__",
             "__array_function__", "__array_ufunc__", "__array_interface__", "__array_priority__",
             "__torch_function__", "__torch_dispatch__", "__getattr__", "__getattribute__", "__instancecheck__",
-        }  # fmt: skip
-        self.overrides = {"__torch_function__", "__torch_dispatch__", "__array_function__", "__array_ufunc__"}
-        self.compares = {"__eq__", "__ne__", "__lt__", "__le__", "__gt__", "__ge__", "__bool__", "__len__"}
-        self.tensor_api: set[str] = set()
+            "__class__",
+        })  # fmt: skip
+        self.overrides = frozenset(
+            {"__torch_function__", "__torch_dispatch__", "__array_function__", "__array_ufunc__"}
+        )
+        self.compares = frozenset({"__eq__", "__ne__", "__lt__", "__le__", "__gt__", "__ge__", "__bool__", "__len__"})
+        tensor_api: frozenset[str] = frozenset()
         self.tensor_types: tuple[type, ...] = ()
-        self.harmless = {
+        self.harmless = frozenset({
             "__module__", "__qualname__", "__doc__", "__dict__", "__weakref__", "__init__", "__new__", "__repr__",
             "__str__", "__format__", "__slots__", "__annotations__", "__init_subclass__", "__class_getitem__",
             "__firstlineno__", "__static_attributes__", "__orig_bases__", "__parameters__", "__reduce__",
             "__reduce_ex__", "__deepcopy__", "__copy__", "__dir__", "__sizeof__", "__setstate__", "__getstate__",
-        }  # fmt: skip
+        })  # fmt: skip
 
-        watched = {}
+        watched: dict[str, tuple[object, str]] = {}
         for name in ("isinstance", "issubclass", "type", "len", "abs", "float", "int", "bool", "round", "repr",
-                     "AssertionError", "__import__", "__build_class__"):  # fmt: skip
+                     "AssertionError", "__import__", "__build_class__", "compile", "locals", "getattr"):  # fmt: skip
             watched[f"builtins.{name}"] = (builtins, name)
         watched["math.isclose"] = (math, "isclose")
-        for name in ("showtraceback", "run_cell", "run_cell_async", "run_code", "run_ast_nodes", "transform_ast",
-                     "transform_cell", "_run_cell"):  # fmt: skip
+        for name in ("showtraceback", "_showtraceback", "run_cell", "run_cell_async", "run_code", "run_ast_nodes",
+                     "transform_ast", "transform_cell", "_run_cell", "compile", "displayhook", "display_pub",
+                     "display_formatter", "InteractiveTB", "custom_exceptions"):  # fmt: skip
             if hasattr(shell, name):
                 watched[f"IPython shell.{name}"] = (shell, name)
         kernel = getattr(shell, "kernel", None)
         if kernel is not None:
-            watched["ipykernel do_execute"] = (kernel, "do_execute")
-        module_names = ["builtins", "math", "sys", "os"]
+            for name in ("do_execute", "send_response", "session", "get_parent"):
+                if hasattr(kernel, name):
+                    watched[f"ipykernel {name}"] = (kernel, name)
+            session = getattr(kernel, "session", None)
+            if session is not None:
+                watched["ipykernel session.send"] = (session, "send")
+        for owner, name in ((ast.NodeTransformer, "generic_visit"), (ast.NodeVisitor, "visit"), (ast, "parse"),
+                            (ast, "fix_missing_locations"), (ast, "copy_location"), (ast, "unparse")):  # fmt: skip
+            watched[f"ast.{getattr(owner, '__name__', 'ast')}.{name}"] = (owner, name)
+        watched["linecache.cache"] = (sys.modules["linecache"], "cache")
+        for name in ("compute_format_data", "start_displayhook", "write_format_data", "finish_displayhook"):
+            if hasattr(getattr(shell, "displayhook", None), name):
+                watched[f"IPython displayhook.{name}"] = (shell.displayhook, name)
+        module_names = ["builtins", "math", "sys", "os", "ast", "linecache", "types"]
         namespace: dict[str, object] = {"math": math}
+        lazy: dict[str, object] = {}
 
         if "numpy" in modules or "torch" in modules:
             import numpy
             import numpy.testing
 
-            self.plain.add(numpy.ndarray)
-            self.plain.update(t for t in vars(numpy).values() if isinstance(t, type) and issubclass(t, numpy.generic))
-            self.plain.update({numpy.dtype, type(numpy.dtype("float32"))})
-            self.value_bases += [numpy.ndarray, numpy.generic]
+            plain.add(numpy.ndarray)
+            plain.update(t for t in vars(numpy).values() if isinstance(t, type) and issubclass(t, numpy.generic))
+            plain.update({numpy.dtype, type(numpy.dtype("float32"))})
+            value_bases += [numpy.ndarray, numpy.generic]
             for name in ("allclose", "isclose", "array_equal", "array_equiv", "equal"):
                 watched[f"numpy.{name}"] = (numpy, name)
             for name in ("assert_allclose", "assert_array_equal", "assert_equal", "assert_almost_equal",
@@ -232,19 +547,17 @@ class _State:
             import torch
             import torch.testing
 
-            self.torch = torch
-            self.plain.update({torch.Tensor, torch.nn.Parameter, torch.Size, torch.dtype, torch.device})
-            self.plain.update({torch.Generator, torch.finfo, torch.iinfo, torch.layout, torch.memory_format})
-            self.value_bases.insert(0, torch.Tensor)
+            plain.update({torch.Tensor, torch.nn.Parameter, torch.Size, torch.dtype, torch.device})
+            plain.update({torch.Generator, torch.finfo, torch.iinfo, torch.layout, torch.memory_format})
+            value_bases.insert(0, torch.Tensor)
             self.tensor_types = (torch.Tensor,)
-            self.tensor_api = set(dir(torch.Tensor)) - self.harmless
+            tensor_api = frozenset(dir(torch.Tensor)) - self.harmless
             for name in ("allclose", "equal", "isclose", "eq", "ne", "all", "any"):
                 watched[f"torch.{name}"] = (torch, name)
             watched["torch.testing.assert_close"] = (torch.testing, "assert_close")
             for name in ("__eq__", "__ne__", "__bool__", "__torch_function__", "allclose", "equal", "item",
-                         "tolist", "eq", "all"):  # fmt: skip
+                         "tolist", "eq", "all", "shape", "dtype", "detach", "cpu"):  # fmt: skip
                 watched[f"torch.Tensor.{name}"] = (torch.Tensor, name)
-            watched["torch.Tensor.shape"] = (torch.Tensor, "shape")
             module_names += ["torch", "torch.testing"]
             namespace["torch"] = torch
         if "course_utils" in modules:
@@ -252,132 +565,101 @@ class _State:
             import course_utils.checks as checks
 
             for name in dir(checks):
-                if name.startswith(("check_", "_assert_close", "_isclose", "_strictly_equal", "_PLAIN", "_true_")):
+                if name.startswith(("check_", "forbidden_calls", "_assert_close", "_isclose", "_strictly_equal",
+                                    "_PLAIN", "_true_")):  # fmt: skip
                     watched[f"course_utils.checks.{name}"] = (checks, name)
                     if name in getattr(course_utils, "__all__", ()):
                         watched[f"course_utils.{name}"] = (course_utils, name)
+                        lazy[f"course_utils.{name}"] = getattr(checks, name)
             module_names += ["course_utils", "course_utils.checks"]
             namespace.update({name: getattr(checks, name) for name in dir(checks) if name.startswith("check_")})
+        self.plain = frozenset(plain)
+        self.value_bases = tuple(value_bases)
+        self.tensor_api = tensor_api
 
-        watched["builtins.compile"] = (builtins, "compile")
-        compiler = getattr(shell, "compile", None)
-        if compiler is not None:
-            watched["IPython shell.compile"] = (shell, "compile")
-            for name in ("ast_parse", "__call__", "cache"):
-                if hasattr(type(compiler), name):
-                    watched[f"IPython compiler.{name}"] = (type(compiler), name)
-        for owner, name in ((ast.NodeTransformer, "generic_visit"), (ast.NodeVisitor, "visit"),
-                            (ast, "fix_missing_locations"), (ast, "copy_location")):  # fmt: skip
-            watched[f"ast.{getattr(owner, '__name__', 'ast')}.{name}"] = (owner, name)
-
-        self.watched = watched
-        self.original = {key: getattr(owner, attr, None) for key, (owner, attr) in watched.items()}
-        self.modules = {name: sys.modules.get(name) for name in [*module_names, "ast", __name__]}
-        self.namespace = namespace
-        self.transformer = _TestCellTransformer(self)
+        self.transformer = _CellHook(self)
         shell.ast_transformers.append(self.transformer)
-        self.lists = self._lists()
-        self.events = {event: list(callbacks) for event, callbacks in shell.events.callbacks.items()}
+        self.helpers = (
+            self.inspect_value, self.compare, self.truth, self.returned, self.export, locals, self.initial,
+            self.run, self.pin, self.display,
+        )  # fmt: skip
+
+        recorder = _Recorder(self.roots, _course_roots())
+        for key, (owner, attr) in watched.items():
+            if key in lazy:  # a package's lazy export: absent until first used, then the function itself
+                recorder.add(_OPTIONAL, vars(owner), attr, lazy[key], key)
+                continue
+            found = recorder.attribute(owner, attr, key)
+            recorder.value(found, key, 1, set())
+        here = sys.modules[__name__]
+        for name, value in sorted(vars(here).items()):
+            if isinstance(value, types.FunctionType | type) and getattr(value, "__module__", None) == __name__:
+                recorder.value(value, f"the grader's {name}", 0, set(vars(value)) if isinstance(value, type) else set())
+        for key, (owner, attr) in watched.items():  # the check functions' own make-up, all the way down
+            found = getattr(owner, attr, None)
+            if isinstance(found, types.FunctionType):
+                recorder.function(found, key, 0)
+        for name in dict.fromkeys([*module_names, __name__]):
+            recorder.add(_ITEM, sys.modules, name, sys.modules.get(name, _MISSING), f"sys.modules[{name!r}]")
+        for name, value in namespace.items():
+            recorder.add(_OPTIONAL, self.user_ns, name, value, f"the name {name!r}")
+        for owner, attr, label in _hook_lists(shell):
+            target = owner.get(attr, ()) if isinstance(owner, dict) else getattr(owner, attr)
+            baseline = tuple(target.items()) if isinstance(target, dict) else tuple(target)
+            recorder.add(_ADDED, owner, attr, baseline, label)
+        self.records = tuple(recorder.records)
+        self.functions = tuple(recorder.functions)
+        self.labels = dict(recorder.labels)
+        self.core = _core(self)
         self.trace = (sys.gettrace(), sys.getprofile())
-        self.helpers = types.SimpleNamespace(value=self.inspect_value, compare=self.compare, truth=self.truth)
-        self.fingerprint = self._fingerprint()
 
-    # -- tampering ----------------------------------------------------------------------
+    # -- helpers the rewritten test cell calls ------------------------------------------
 
-    def _modes(self) -> list[object]:
-        """torch's active function and dispatch modes (``torch.set_default_device`` leaves one, say)."""
-        torch = getattr(self, "torch", None)
-        if torch is None:
-            return []
-        modes = [torch._C._get_function_stack_at(i) for i in range(torch._C._len_torch_function_stack())]
-        return modes + [torch._C._get_dispatch_stack_at(i) for i in range(torch._C._len_torch_dispatch_stack())]
+    def returned(self, value, _audit=sys.audit):
+        """After a call of the test's, before its result is used: nothing the tests rely on changed."""
+        box: list = []
+        _audit(EVENT + "verify", box)
+        if not box:
+            raise GradingIntegrityError("the grader's checks are missing: the tests cannot be trusted")
+        if box[0]:
+            raise GradingIntegrityError(_message(box[0], during=True))
+        return self.inspect_value(value)
 
-    def _trusted(self, value: object) -> bool:
-        """Whether a callable or object comes from installed code (torch, matplotlib, ...), not the submission."""
-        files = _code_files(value)
-        if files:
-            return all(_installed_file(f, self.roots) for f in files)
-        if isinstance(value, types.BuiltinFunctionType | types.BuiltinMethodType | types.MethodWrapperType):
-            return True  # C code of the interpreter or an extension: nothing a submission wrote
-        cls = value if isinstance(value, type) else type(value)
-        module = sys.modules.get(getattr(cls, "__module__", "") or "")
-        if cls.__module__ == "__main__" or not _installed_file(getattr(module, "__file__", None), self.roots):
-            return False
-        return all(_installed_file(f, self.roots) for klass in cls.__mro__ for v in vars(klass).values()
-                   for f in _code_files(v))  # fmt: skip
+    def initial(self, name: str):
+        """The value a name the test assigns had before the test (module semantics; KeyError when none)."""
+        return self.user_ns[name]
 
-    def _added_untrusted(self, now: list, before: list) -> bool:
-        return any(not self._trusted(item) for item in now if not any(item is old for old in before))
+    def export(self, names: dict) -> None:
+        """The test's variables into the notebook's namespace once it has ended, as nbgrader leaves them."""
+        self.user_ns.update({k: v for k, v in names.items() if not k.startswith("__course")})
 
-    def tampering(self) -> list[str]:
-        shell = self.shell
+    def run(self, function, show: bool):
+        """Run the test's function (out of the namespace first) and display its value as IPython would."""
+        self.user_ns.pop(TEST_FUNCTION, None)
+        return self.display(function(self.helpers), show)
 
-        def same(a, b):
-            return a is b or (getattr(a, "__func__", None) is not None and a.__func__ is getattr(b, "__func__", None))
+    def pin(self, names: tuple[str, ...], _audit=sys.audit) -> None:
+        """The code, modules and classes the test reads from the namespace: nothing may rebind them while it runs."""
+        _audit(EVENT + "pin", tuple(names))
 
-        original = self.original
-        watched = self.watched.items()
-        changed = [key for key, (obj, attr) in watched if not same(getattr(obj, attr, None), original[key])]
-        changed += [f"sys.modules[{name!r}]" for name, mod in self.modules.items() if sys.modules.get(name) is not mod]
-        user = shell.user_ns
-        names = self.namespace.items()
-        changed += [f"the name {name!r}" for name, value in names if user.get(name, value) is not value]
-        if getattr(shell, "custom_exceptions", ()) != ():
-            changed.append("IPython custom exception handler (set_custom_exc)")
-        # libraries may add their own hooks (matplotlib's inline backend adds an event callback,
-        # torch.set_default_device a function mode): only the submission's own code is refused
-        lists = self._lists()
-        if self.transformer not in lists.get("ast_transformers", []) or any(
-            self._added_untrusted(items, self.lists.get(name, [])) for name, items in lists.items()
-        ):
-            changed.append("IPython's input or AST transformers (code that rewrites cells)")
-        for event, callbacks in shell.events.callbacks.items():
-            if self._added_untrusted(list(callbacks), self.events.get(event, [])):
-                changed.append("IPython event callbacks (code that runs around each cell)")
-                break
-        hooks = [hook for hook in (sys.gettrace(), sys.getprofile()) if hook is not None]
-        if self._added_untrusted(hooks, [hook for hook in self.trace if hook is not None]):
-            changed.append("the interpreter's trace or profile function")
-        if any(not self._trusted(mode) for mode in self._modes()):
-            changed.append("torch's function or dispatch mode stack (a TorchFunctionMode left active)")
-        if self._fingerprint() != self.fingerprint:
-            changed.append("the grader's own checks")
-        return changed
-
-    def _lists(self) -> dict[str, list]:
-        """IPython's lists of code that rewrites a cell before it runs, copied."""
-        shell = self.shell
-        lists = {name: list(getattr(shell, name)) for name in ("ast_transformers", "input_transformers_cleanup",
-                                                                 "input_transformers_post")
-                 if isinstance(getattr(shell, name, None), list)}  # fmt: skip
-        manager = getattr(shell, "input_transformer_manager", None)
-        for name, value in vars(manager).items() if manager is not None else ():
-            if isinstance(value, list):
-                lists[f"input_transformer_manager.{name}"] = list(value)
-        return lists
-
-    def _fingerprint(self) -> tuple:
-        """Everything the checks themselves rely on (their code, their tables, the helpers the cells call)."""
-        code = tuple(
-            (cls.__name__, name, value)
-            for cls in (_State, _TestCellTransformer)
-            for name, value in sorted(vars(cls).items())
-            if callable(value)
-        )
-        tables = tuple(
-            frozenset(getattr(self, name))
-            for name in ("plain", "value_bases", "protocol", "overrides", "compares", "tensor_api", "harmless")
-        )
-        module = (globals().get("check"), globals().get("install"), tuple(_OPERATORS.items()), GradingIntegrityError)
-        helpers = tuple(sorted(vars(self.helpers).items()))
-        return code, tables, module, helpers, self.roots, self.tensor_types, self.containers
+    def display(self, value, show: bool) -> None:
+        """Show a test's last value (nbgrader's partial credit) without ``Out``, ``_`` or the previous cell's ``;``."""
+        hook = self.shell.displayhook
+        if not show or value is None:
+            return None
+        hook.start_displayhook()
+        hook.write_output_prompt()
+        formatted, metadata = hook.compute_format_data(value)
+        hook.fill_exec_result(value)
+        if formatted:
+            hook.write_format_data(formatted, metadata)
+        hook.finish_displayhook()
+        return None
 
     # -- lying objects ------------------------------------------------------------------
 
     def _class_verdict(self, cls: type) -> tuple[str | None, str | None]:
         """(why its values cannot be trusted anywhere, why they cannot be compared with plain values)."""
-        if cls in self.verdicts:
-            return self.verdicts[cls]
         anywhere = versus_plain = None
         is_value = any(issubclass(cls, base) for base in self.value_bases)
         is_tensor = bool(self.tensor_types) and issubclass(cls, self.tensor_types)
@@ -396,7 +678,9 @@ class _State:
             if not redefined:
                 continue
             shown = ", ".join(sorted(redefined)[:6])
-            if is_tensor:
+            if "__class__" in redefined:
+                anywhere = anywhere or "an object that lies about its class (its class redefines __class__)"
+            elif is_tensor:
                 anywhere = anywhere or f"a torch.Tensor subclass defined in the submission that redefines {shown}"
             elif is_value:
                 kind = next(base.__name__ for base in self.value_bases if issubclass(cls, base))
@@ -405,7 +689,6 @@ class _State:
                 anywhere = anywhere or f"an object that overrides {', '.join(sorted(redefined & self.overrides))}"
             elif redefined & self.compares:
                 versus_plain = versus_plain or f"an object whose class defines its own {shown}"
-        self.verdicts[cls] = (anywhere, versus_plain)
         return anywhere, versus_plain
 
     def _problem(self, value: object, depth: int = 0) -> str | None:
@@ -485,63 +768,558 @@ _OPERATORS = {
 }
 
 
-class _TestCellTransformer(ast.NodeTransformer):
-    """Rewrites the one cell after a guard (a test cell) so that its values are inspected."""
+def _core(state: _State) -> tuple:
+    """The records the audit hook compares itself, before it trusts this module's functions to compare the rest."""
+    import builtins
+
+    here = vars(sys.modules[__name__])
+    core: list[tuple] = [(_ITEM, here, name, value, f"the grader's {name}") for name, value in here.items()]
+    for cls in (_State, _CellHook, _Rewriter, _Recorder, GradingIntegrityError):
+        label = f"the grader's {cls.__name__}"
+        core += [(_ITEM, vars(cls), name, value, f"{label}.{name}") for name, value in vars(cls).items()]
+    for function in [f for f in state.functions if f.__module__ == __name__]:  # code and defaults: refused
+        for name in sorted(_names(function.__code__) & vars(builtins).keys() - here.keys()):
+            core.append((_ITEM, vars(builtins), name, vars(builtins)[name], f"builtins.{name}"))
+    core.append((_ATTR, state.transformer, "state", state, "the grader's test-cell transformer"))
+    return tuple(core)
+
+
+def _message(problems: list[str], during: bool = False) -> str:
+    when = " while the test ran" if during else ""
+    return (
+        f"the submission {'; '.join(dict.fromkeys(problems))}{when}: the tests cannot be trusted from here on, "
+        "so this and every later test scores 0"
+    )
+
+
+# ---------------------------------------------------------------------------------------
+# comparing the records again
+
+
+def _changed(records, roots: tuple[str, ...], cache: dict) -> list[str]:
+    """The labels of the records that no longer hold."""
+    changed = []
+    for kind, target, key, expected, label in records:
+        if kind == _ITEM:
+            bad = target.get(key, _MISSING) is not expected
+        elif kind == _ATTR:
+            bad = getattr(target, key, _MISSING) is not expected
+        elif kind == _OPTIONAL:
+            now = target.get(key, _MISSING)
+            bad = now is not _MISSING and now is not expected
+        elif kind == _CELL:
+            bad = _cell_contents(target) is not expected
+        elif kind == _SNAP:
+            bad = not _same_contents(target, expected)
+        elif kind == _ADDED:
+            bad = _untrusted_additions(target, key, expected, roots, cache)
+        elif kind == _ABC:
+            bad = _registered_untrusted(target, expected, roots, cache)
+        else:
+            bad = True
+        if bad:
+            changed.append(label)
+    return list(dict.fromkeys(changed))
+
+
+def _untrusted_additions(owner, key, baseline: tuple, roots, cache) -> bool:
+    """Whether a list or table of hooks gained code of the submission's (a library's own is fine)."""
+    now = owner.get(key, ()) if isinstance(owner, dict) else getattr(owner, key, ())
+    if isinstance(now, dict):
+        before = dict(baseline)
+        return any(not _trusted(v, roots, cache) for k, v in now.items() if before.get(k, _MISSING) is not v)
+    return any(not _trusted(item, roots, cache) for item in now if not any(item is old for old in baseline))
+
+
+def _registered_untrusted(cls: type, before: frozenset[int], roots, cache) -> bool:
+    """Whether a class of the submission's was registered as a virtual subclass of ``cls`` since ``install``.
+
+    A library registers its classes as it is imported (sympy's ``Float`` as a ``numbers.Real``);
+    what counts is the module that defines the class, not how its methods were made.
+    """
+    import _abc
+
+    registry = _abc._get_dump(cls)[0]
+    return any(
+        (klass := ref()) is not None and id(klass) not in before and not _defined_in_installed_code(klass, roots, cache)
+        for ref in registry
+    )
+
+
+def _defined_in_installed_code(cls: type, roots, cache) -> bool:
+    name = getattr(cls, "__module__", "") or ""
+    if name in sys.builtin_module_names:
+        return True
+    return name != "__main__" and _installed_file(getattr(sys.modules.get(name), "__file__", None), roots, cache)
+
+
+def _modes() -> list[object]:
+    """torch's active function and dispatch modes (``torch.set_default_device`` leaves one, say)."""
+    torch = sys.modules.get("torch")
+    if torch is None:
+        return []
+    modes = [torch._C._get_function_stack_at(i) for i in range(torch._C._len_torch_function_stack())]
+    return modes + [torch._C._get_dispatch_stack_at(i) for i in range(torch._C._len_torch_dispatch_stack())]
+
+
+def _problems(state: _State, roots, cache) -> list[str]:
+    """What else the tests rely on: hooks that are not a table of IPython's, modes, threads, signals."""
+    import signal
+    import threading
+
+    problems = []
+    if state.transformer not in state.shell.ast_transformers:
+        problems.append("removed the grader's own AST transformer from IPython's (code that rewrites cells)")
+    if getattr(state.shell, "custom_exceptions", ()) != ():
+        problems.append("set an IPython custom exception handler (set_custom_exc)")
+    hooks = [hook for hook in (sys.gettrace(), sys.getprofile()) if hook is not None]
+    baseline = [hook for hook in state.trace if hook is not None]
+    if any(not _trusted(h, roots, cache) for h in hooks if not any(h is old for old in baseline)):
+        problems.append("set the interpreter's trace or profile function")
+    if any(not _trusted(mode, roots, cache) for mode in _modes()):
+        problems.append("left a mode of its own in torch's function or dispatch mode stack (a TorchFunctionMode)")
+    me = threading.get_ident()
+    for ident, frame in sys._current_frames().items():
+        while ident != me and frame is not None:
+            if not _installed_file(frame.f_code.co_filename, roots, cache):
+                problems.append("left a thread running its own code (it could change what the tests rely on "
+                                "while they run)")  # fmt: skip
+                break
+            frame = frame.f_back
+    for number in signal.valid_signals():
+        try:
+            handler = signal.getsignal(number)
+        except (ValueError, OSError):
+            continue
+        if callable(handler) and not _trusted(handler, roots, cache):
+            problems.append("set a signal handler of its own (code that can run at any moment)")
+            break
+    return list(dict.fromkeys(problems))
+
+
+# ---------------------------------------------------------------------------------------
+# the audit hook: the secret, the verdicts, and what is refused
+
+
+_FRAME_EVENTS = frozenset({"sys._getframe", "sys._current_frames", "sys.settrace", "sys.setprofile"})
+_GC_EVENTS = frozenset({"gc.get_objects", "gc.get_referrers", "gc.get_referents"})
+_FRAME_ATTRIBUTES = frozenset({"tb_frame", "gi_frame", "cr_frame", "ag_frame", "gi_code", "cr_code", "ag_code"})
+_FUNCTION_ATTRIBUTES = frozenset({"__code__", "__defaults__", "__kwdefaults__"})
+_WATCHED_EVENTS = _FRAME_EVENTS | _GC_EVENTS | {"object.__setattr__", "object.__getattr__", "sys.addaudithook", "open"}
+
+
+def _vault(state: _State, token: str | None):
+    """The audit hook that holds the secret and decides; nothing outside its closure refers to what it keeps."""
+    import _thread
+    import hmac
+    import inspect
+    import traceback
+
+    try:
+        from _hashlib import hmac_digest as mac
+    except ImportError:  # Python without OpenSSL
+        mac = hmac.digest
+    import builtins
+
+    key = (token or "").encode()
+    # every name the closures below use is bound here: a global of this module could be shadowed
+    get_ident, getframe, length, get = _thread.get_ident, sys._getframe, len, getattr
+    isinstance, hasattr, delattr, id, str, bytes, int, tuple, vars = (
+        builtins.isinstance, builtins.hasattr, builtins.delattr, builtins.id, builtins.str, builtins.bytes,
+        builtins.int, builtins.tuple, builtins.vars,
+    )  # fmt: skip
+    RuntimeError, missing, item, traceback_type, module_type, function_type, builtin_type = (
+        builtins.RuntimeError, _MISSING, _ITEM, types.TracebackType, types.ModuleType, types.FunctionType,
+        types.BuiltinFunctionType,
+    )  # fmt: skip
+    changed, problems_of, modules, guard_source, closing_source = _changed, _problems, sys.modules, guard, closing
+    scrub_record = _scrub_execution_record
+    here = vars(sys.modules[__name__])
+    size = length(here)
+    core, records = state.core, state.records
+    light = tuple(record for record in records if record[0] != _ADDED)  # after each call: not IPython's tables
+    slots = tuple((name, get(state, name)) for name in _State.__slots__ if name not in _State._MUTABLE)
+    protected = {id(f): state.labels.get(id(f), f.__qualname__) for f in state.functions}
+    helpers = state.helpers
+    roots, cache = state.roots, {}
+    frame_helpers = frozenset(
+        form for module in (inspect, traceback) for form in (module.__file__, os.path.realpath(module.__file__))
+    )
+    watched_events, prefix, gc_events, frame_events = _WATCHED_EVENTS, EVENT, _GC_EVENTS, _FRAME_EVENTS
+    frame_attributes, function_attributes = _FRAME_ATTRIBUTES, _FUNCTION_ATTRIBUTES
+    refused: list[str] = []  # what the hook refused, reported by every verdict from then on
+    phase = ["idle"]  # idle -> armed (after check) -> test (the test cell compiled) -> idle (after close)
+    test = {"file": None, "pins": [], "hidden": ()}
+    owner = [None]  # the thread inside the hook: its own nested events are ignored
+
+    def answer(kind: str, index: int) -> str:
+        return mac(key, f"{kind}:{int(index)}".encode(), "sha256").hex()[:32]
+
+    def core_changed() -> list[str]:
+        if length(here) != size:
+            return ["the grader's own module (a name added)"]
+        for kind, target, name, expected, label in core:
+            now = target.get(name, missing) if kind == item else get(target, name, missing)
+            if now is not expected:
+                return [label]
+        for name, value in slots:
+            if get(state, name, missing) is not value:
+                return [f"the grader's state ({name})"]
+        return []
+
+    def verify(full: bool) -> list[str]:
+        labels = core_changed()
+        if labels:  # this module's own functions cannot be trusted to compare the rest
+            return [f"changed {', '.join(labels)}", *refused]
+        labels = changed((records if full else light) + tuple(test["pins"]), roots, cache)
+        problems = [f"changed {', '.join(labels)}"] if labels else []
+        if full:
+            problems += problems_of(state, roots, cache)
+        return problems + refused
+
+    def caller_untrusted() -> bool:
+        frame = getframe(2)  # 0: this function, 1: the hook, 2: the code that raised the event
+        while frame is not None and frame.f_code.co_filename in frame_helpers:
+            frame = frame.f_back  # inspect.stack(), traceback.walk_stack(): judge who asked for the frames
+        if frame is None:
+            return False
+        filename = frame.f_code.co_filename
+        return filename != test["file"] and not (isinstance(filename, str) and filename.startswith(roots))
+
+    def refuse(what: str, error: str) -> None:
+        refused.append(f"{what} (refused)")
+        raise RuntimeError(f"the grading kernel refused {error}: the submission {what}")
+
+    def requested(source: str) -> bool:
+        """Whether the kernel is running the grader's own cell (not a call from the submission's code)."""
+        kernel = get(state.shell, "kernel", None)
+        if kernel is None or not hasattr(kernel, "get_parent"):
+            return True
+        content = (kernel.get_parent("shell") or {}).get("content", {})
+        return content.get("code", source) == source
+
+    def cleanup() -> None:
+        shell = state.shell
+        for name in ("last_type", "last_value", "last_traceback", "last_exc"):
+            if hasattr(modules["sys"], name):
+                delattr(modules["sys"], name)
+        for name in ("InteractiveTB", "SyntaxTB"):
+            printer = get(shell, name, None)
+            for part in (printer, *vars(printer).values()) if hasattr(printer, "__dict__") else ():
+                if isinstance(get(part, "tb", None), traceback_type):
+                    part.tb = None
+        if hasattr(shell, "_last_traceback"):
+            shell._last_traceback = None
+        result = get(shell, "last_execution_result", None)
+        if result is not None and hasattr(result, "error_in_exec"):
+            result.error_in_exec = None
+        state.user_ns.pop(HELPERS, None)
+        state.user_ns.pop(TEST_FUNCTION, None)
+
+    def protocol(event: str, args: tuple) -> None:
+        if event == prefix + "installed":
+            args[0].append(True)
+        elif event == prefix + "check":
+            index, hidden, box = args
+            if phase[0] != "idle" or not requested(guard_source(index, hidden)):
+                refused.append("called the grader's checks itself, out of their order")
+            problems = verify(full=True)
+            if problems:
+                box.append(problems)
+                return
+            phase[0] = "armed"
+            state.armed = test["hidden"] = tuple(hidden)
+            state.user_ns[HELPERS] = helpers
+            box.append(answer("check", index))
+        elif event == prefix + "compiled":
+            if phase[0] != "armed":
+                refused.append("drove the grader's test-cell protocol itself")
+            phase[0], test["file"], test["pins"] = "test", args[0], []
+        elif event == prefix + "pin":
+            if phase[0] == "test":
+                scrub_record(state.shell, test["hidden"])
+            space = state.user_ns
+            for name in args[0] if phase[0] == "test" else ():
+                found = space.get(name, missing)
+                if isinstance(found, module_type | function_type | builtin_type | type):
+                    test["pins"].append((item, space, name, found, f"the name {name!r}"))
+        elif event == prefix + "verify":
+            if phase[0] != "test":
+                refused.append("called the grader's in-test check itself, outside a test")
+            args[0].append(verify(full=False))
+        elif event == prefix + "close":
+            index, box = args
+            if phase[0] != "test" or not requested(closing_source(index)):
+                refused.append("called the grader's checks itself, out of their order")
+            problems = verify(full=True)
+            cleanup()
+            phase[0], test["file"], test["pins"], state.armed = "idle", None, [], None
+            box.append(problems or answer("close", index))
+
+    def hook(event: str, args: tuple) -> None:
+        if event not in watched_events and not event.startswith(prefix):
+            return
+        if event == "object.__getattr__":  # the most frequent event (every read of a function's __code__)
+            if phase[0] != "test" or args[1] not in frame_attributes:
+                return
+        elif event == "object.__setattr__":
+            if args[1] not in function_attributes or id(args[0]) not in protected:
+                return
+        elif event == "open":
+            path = args[0]
+            path = path.decode(errors="replace") if isinstance(path, bytes) else path
+            if not (isinstance(path, str) and path.startswith("/proc/") and path.endswith("/mem")):
+                return
+        elif event in frame_events and phase[0] != "test":
+            return
+        if owner[0] is not None and owner[0] == get_ident():
+            return  # an event of the hook's own work
+        owner[0] = get_ident()
+        try:
+            if event.startswith(prefix):
+                protocol(event, args)
+            elif event == "open":
+                refuse("tried to open the kernel's memory (/proc/.../mem)", f"to open {args[0]!r}")
+            elif event == "object.__setattr__":
+                label = protected[id(args[0])]
+                refuse(f"tried to replace the {args[1]} of {label}", f"to replace the {args[1]} it uses")
+            elif event == "object.__getattr__":
+                if caller_untrusted():
+                    refuse(f"tried to look at the test's frames while it ran ({args[1]})", f"access to {args[1]}")
+            elif event in gc_events:
+                if caller_untrusted():
+                    refuse(f"tried to search the interpreter's objects ({event})", f"{event}()")
+            elif event in frame_events:
+                if phase[0] == "test" and caller_untrusted():
+                    refuse(f"tried to look at the test's frames while it ran ({event})", f"{event}()")
+            elif event == "sys.addaudithook":
+                if caller_untrusted():
+                    refused.append("tried to add an audit hook (code that watches the interpreter) (refused)")
+                raise RuntimeError("the grading kernel takes no further audit hooks")
+        finally:
+            owner[0] = None
+
+    return hook
+
+
+# ---------------------------------------------------------------------------------------
+# the test cell: scrubbed, and rewritten into a function whose values are inspected
+
+
+class _CellHook:
+    """IPython's AST transformer: rewrites the one cell after a check (a test cell), leaves others alone."""
+
+    __slots__ = ("state",)
 
     def __init__(self, state: _State):
         self.state = state
 
     def visit(self, node):  # IPython calls visit() on the whole module once per cell
-        if isinstance(node, ast.Module):
-            if not self.state.armed:
-                return node
-            self.state.armed = False
-            self.state.verdicts.clear()
-            try:
-                return ast.fix_missing_locations(self.generic_visit(node))
-            except Exception:  # never let IPython unregister the transformer; the cell runs unrewritten
-                return node
-        return super().visit(node)
+        state = self.state
+        hidden = state.armed
+        if hidden is None or not isinstance(node, ast.Module):
+            return node
+        state.armed = None
+        try:
+            filename, semicolon = _scrub(state.shell, hidden)
+            sys.audit(EVENT + "compiled", filename)
+            return _rewrite(node, show=not semicolon)
+        except Exception as error:  # never let IPython unregister the transformer: the test fails instead
+            message = f"Grader problem: the grader could not prepare this test ({type(error).__name__}: {error})"
+            failing = ast.parse(f"raise {GradingIntegrityError.__name__}({message!r})")
+            failing.body.insert(0, ast.parse(f"from {__name__} import {GradingIntegrityError.__name__}").body[0])
+            return failing
 
-    @staticmethod
-    def _helper(name: str, node: ast.AST, *args: ast.expr) -> ast.Call:
-        func = ast.Attribute(value=ast.Name(id=HELPERS, ctx=ast.Load()), attr=name, ctx=ast.Load())
-        return ast.copy_location(ast.Call(func=func, args=list(args), keywords=[]), node)
 
-    def _wrap(self, node: ast.expr) -> ast.expr:
-        return self._helper("value", node, node)
+def _cell_name(shell) -> str | None:
+    """The ``linecache`` name IPython gave the cell being compiled."""
+    names = getattr(getattr(shell, "compile", None), "_filename_map", None)
+    return next(reversed(names), None) if names else None
+
+
+def _blank(text: str, hidden: set[int], offset: int = 0) -> str:
+    return "\n".join("" if i + offset in hidden else line for i, line in enumerate(text.split("\n")))
+
+
+def _ends_with_semicolon(text: str) -> bool:
+    """IPython's rule: a cell whose last token is ``;`` displays nothing."""
+    import io
+    import tokenize
+
+    try:
+        tokens = list(tokenize.generate_tokens(io.StringIO(text).readline))
+    except (tokenize.TokenError, SyntaxError, IndentationError):
+        return False
+    skip = (tokenize.ENDMARKER, tokenize.NL, tokenize.NEWLINE, tokenize.COMMENT)
+    last = next((t for t in reversed(tokens) if t.type not in skip), None)
+    return last is not None and last.type == tokenize.OP and last.string == ";"
+
+
+def _scrub(shell, hidden: tuple[int, ...]) -> tuple[str | None, bool]:
+    """Blank a test cell's hidden lines wherever the kernel keeps its source; (its linecache name, ends in ;)."""
+    lines = set(hidden)
+    result = getattr(getattr(shell, "displayhook", None), "exec_result", None)
+    info = getattr(result, "info", None)
+    raw = getattr(info, "raw_cell", None) or ""
+    name = _cell_name(shell)
+    entry = linecache.cache.get(name) if name else None
+    text = "".join(entry[2]) if entry else raw
+    semicolon = _ends_with_semicolon(text)
+    if not lines:
+        return name, semicolon
+    if entry:  # IPython drops a cell's leading empty lines before it compiles it
+        offset = len(raw.split("\n")) - len(raw.lstrip("\n\r\t ").split("\n")) if raw else 0
+        kept = ["\n" if i + offset in lines else line for i, line in enumerate(entry[2])]
+        linecache.cache[name] = (entry[0], None, kept, name)
+    kernel = getattr(shell, "kernel", None)
+    parent = kernel.get_parent("shell") if kernel is not None and hasattr(kernel, "get_parent") else None
+    content = parent.get("content") if isinstance(parent, dict) else None
+    if isinstance(content, dict) and isinstance(content.get("code"), str):
+        content["code"] = _blank(content["code"], lines)
+    return name, semicolon
+
+
+def _scrub_execution_record(shell, hidden: tuple[int, ...]) -> None:
+    """Blank the hidden lines in IPython's record of the running cell (it exists only once the cell runs)."""
+    info = getattr(getattr(getattr(shell, "displayhook", None), "exec_result", None), "info", None)
+    for attr in ("raw_cell", "transformed_cell") if hidden and info is not None else ():
+        if isinstance(getattr(info, attr, None), str):
+            setattr(info, attr, _blank(getattr(info, attr), set(hidden)))
+
+
+def _helper(local: bool, index: int, node: ast.AST, *args: ast.expr) -> ast.Call:
+    """``__course_g__[index](*args)`` (inside the test's function) or ``__course_grading__[index](*args)``."""
+    tuple_ = ast.Name(id=LOCAL if local else HELPERS, ctx=ast.Load())
+    func = ast.Subscript(value=tuple_, slice=ast.Constant(index), ctx=ast.Load())
+    return ast.copy_location(ast.Call(func=func, args=list(args), keywords=[]), node)
+
+
+class _Rewriter(ast.NodeTransformer):
+    """Routes every value a test reads, every call's result, assert and comparison through the helpers."""
+
+    def __init__(self, local: bool):
+        self.local = local
+
+    def _wrap(self, index: int, node: ast.expr, *args: ast.expr) -> ast.Call:
+        return _helper(self.local, index, node, *(args or (node,)))
 
     def visit_Name(self, node: ast.Name):
-        if isinstance(node.ctx, ast.Load) and node.id != HELPERS:
-            return self._wrap(node)
+        if isinstance(node.ctx, ast.Load) and node.id not in (HELPERS, LOCAL):
+            return self._wrap(VALUE, node)
         return node
 
     def visit_Call(self, node: ast.Call):
         self.generic_visit(node)
-        return self._wrap(node)
+        return self._wrap(RETURNED, node)
 
     def visit_Attribute(self, node: ast.Attribute):
         self.generic_visit(node)
-        return self._wrap(node) if isinstance(node.ctx, ast.Load) else node
+        return self._wrap(VALUE, node) if isinstance(node.ctx, ast.Load) else node
 
     def visit_Subscript(self, node: ast.Subscript):
         self.generic_visit(node)
-        return self._wrap(node) if isinstance(node.ctx, ast.Load) else node
+        return self._wrap(VALUE, node) if isinstance(node.ctx, ast.Load) else node
 
     def visit_Compare(self, node: ast.Compare):
         self.generic_visit(node)
         op = type(node.ops[0]).__name__
         if len(node.ops) == 1 and op in _OPERATORS:
-            return self._helper("compare", node, node.left, ast.Constant(op), node.comparators[0])
+            return self._wrap(COMPARE, node, node.left, ast.Constant(op), node.comparators[0])
         return node
 
     def visit_Assert(self, node: ast.Assert):
         self.generic_visit(node)
-        node.test = self._helper("truth", node.test, node.test)
+        node.test = self._wrap(TRUTH, node.test, node.test)
         return node
 
 
-_state: _State | None = None
+class _TopLevel(ast.NodeVisitor):
+    """Finds what a function body cannot hold: top-level await, yield, return, global, ``import *``."""
+
+    def __init__(self):
+        self.blocked = False
+
+    def generic_visit(self, node):
+        if isinstance(node, ast.Await | ast.AsyncFor | ast.AsyncWith | ast.Yield | ast.YieldFrom | ast.Return
+                      | ast.Global | ast.Nonlocal):  # fmt: skip
+            self.blocked = True
+        if isinstance(node, ast.ImportFrom) and any(alias.name == "*" for alias in node.names):
+            self.blocked = True
+        if not isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda | ast.ClassDef):
+            super().generic_visit(node)
+
+    def visit_Module(self, node):
+        for statement in node.body:
+            self.visit(statement)
+
+
+def _scopes(body: list[ast.stmt]) -> tuple[list[str], list[str]]:
+    """(names the test assigns, names it reads from the namespace), as Python would scope them in a function."""
+    import symtable
+
+    function = ast.FunctionDef(
+        name=TEST_FUNCTION, args=ast.arguments(posonlyargs=[], args=[], kwonlyargs=[], kw_defaults=[], defaults=[]),
+        body=body or [ast.Pass()], decorator_list=[], returns=None, type_params=[],
+    )  # fmt: skip
+    source = ast.unparse(ast.fix_missing_locations(ast.Module(body=[function], type_ignores=[])))
+    table = symtable.symtable(source, "<test>", "exec").get_children()[0]
+    assigned = sorted(table.get_locals())
+    read: set[str] = set()
+    pending = [table]
+    while pending:
+        table = pending.pop()
+        read |= {s.get_name() for s in table.get_symbols() if s.is_global() and s.is_referenced()}
+        pending += table.get_children()
+    return assigned, sorted(read - set(assigned))
+
+
+def _rewrite(tree: ast.Module, show: bool) -> ast.Module:
+    """The test cell as a function of its own, or, when its code cannot live in one, rewritten in place."""
+    body = tree.body
+    last = body[-1] if body and isinstance(body[-1], ast.Expr) else None
+    finder = _TopLevel()
+    finder.visit(tree)
+    if finder.blocked:  # top-level await or the like: rewritten in place, its value displayed by the helper
+        tree = _Rewriter(local=False).visit(tree)
+        if last is not None:
+            end = tree.body[-1]
+            tree.body[-1] = ast.copy_location(
+                ast.Expr(_helper(False, DISPLAY, end, end.value, ast.Constant(show))), end
+            )
+        return ast.fix_missing_locations(tree)
+    assigned, read = _scopes(body)
+    statements = [_Rewriter(local=True).visit(statement) for statement in body]
+    if last is not None:
+        end = statements[-1]
+        statements[-1] = ast.copy_location(
+            ast.Assign(targets=[ast.Name(id=RESULT, ctx=ast.Store())], value=end.value), end
+        )
+    prologue: list[ast.stmt] = []
+    for name in assigned:
+        if name.startswith("__course"):
+            continue
+        prologue += ast.parse(f"try:\n    {name} = {LOCAL}[{INITIAL}]({name!r})\nexcept KeyError:\n    pass").body
+    prologue += ast.parse(f"{LOCAL}[{PIN}]({tuple(read)!r})").body
+    export = ast.parse(f"{LOCAL}[{EXPORT}]({LOCAL}[{LOCALS}]())").body
+    function = ast.FunctionDef(
+        name=TEST_FUNCTION,
+        args=ast.arguments(posonlyargs=[], args=[ast.arg(arg=LOCAL)], kwonlyargs=[], kw_defaults=[], defaults=[]),
+        body=[*prologue, ast.Try(body=statements or [ast.Pass()], handlers=[], orelse=[], finalbody=export)],
+        decorator_list=[],
+        returns=None,
+        type_params=[],
+    )
+    if last is not None:
+        function.body.append(ast.Return(value=ast.Name(id=RESULT, ctx=ast.Load())))
+    call = ast.parse(f"{HELPERS}[{RUN}]({TEST_FUNCTION}, {show and last is not None!r})").body
+    module = ast.Module(body=[function, *call], type_ignores=[])
+    if body:
+        ast.copy_location(function, body[0])
+    return ast.fix_missing_locations(module)
+
+
+# ---------------------------------------------------------------------------------------
+# the kernel-side entry points
 
 
 def _read_token() -> str | None:
@@ -556,27 +1334,36 @@ def _read_token() -> str | None:
 
 
 def install(shell, modules: list[str]) -> None:
-    """Record the originals and register the test-cell transformer (the grader's first cell)."""
-    global _state
-    if _state is not None:
+    """Record what the tests rely on and install the audit hook that judges it (the grader's first cell)."""
+    box: list = []
+    sys.audit(EVENT + "installed", box)
+    if box:
         raise GradingIntegrityError("the grader's checks were installed twice")
-    _state = _State(shell, modules)
+    token = _read_token()
+    sys.addaudithook(_vault(_State(shell, modules), token))
 
 
-def check(index: int = 0) -> str:
-    """Before a test cell: fail if anything the tests rely on was replaced, else arm the transformer.
-
-    Returns the answer the executor checks (``digest`` of the kernel's secret and ``index``).
-    """
-    state = _state
-    if state is None:
+def _answer(box: list, during: bool = False) -> str:
+    if not box:
         raise GradingIntegrityError("the grader's checks are missing: the tests cannot be trusted")
-    changed = state.tampering()
-    if changed:
-        raise GradingIntegrityError(
-            "the submission replaced " + ", ".join(dict.fromkeys(changed)) + ": the tests cannot be trusted from "
-            "here on, so this and every later test scores 0"
-        )
-    state.shell.user_ns[HELPERS] = state.helpers
-    state.armed = True
-    return digest(state.token, index)
+    if isinstance(box[0], str):
+        return box[0]
+    raise GradingIntegrityError(_message(box[0], during))
+
+
+def check(index: int = 0, hidden: tuple[int, ...] = ()) -> str:
+    """Before a test cell: fail if anything the tests rely on changed, else arm the transformer.
+
+    Returns the answer the executor checks (``digest`` of the kernel's secret, ``check`` and
+    ``index``), which only the audit hook can compute.
+    """
+    box: list = []
+    sys.audit(EVENT + "check", int(index), tuple(int(i) for i in hidden), box)
+    return _answer(box)
+
+
+def close(index: int = 0) -> str:
+    """After a test cell: fail if anything changed while it ran, and clear what it left in the kernel."""
+    box: list = []
+    sys.audit(EVENT + "close", int(index), box)
+    return _answer(box, during=True)

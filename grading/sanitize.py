@@ -17,14 +17,19 @@ written answers, task cells, cells they added (run where they put them), and it 
    the instructor's notebook, and an answer cell whose metadata was stripped is found
    by its stub's ``def``/``class`` line and gets its metadata back.
 
-Every change is explained in ``Prepared.notes``. ``with_grader_cells`` adds the grader's
-preamble and a guard before each test cell; ``without_grader_cells`` removes them and puts
-the notes on top.
+Every change is explained in ``Prepared.notes``. Nothing a submission wrote decides how
+the grader treats a cell: the grader's own metadata (``course_grading``) is removed from
+every submitted cell first, and the grader's cells are only those ``with_grader_cells``
+adds (the preamble, a check before each test cell and a closing cell after it), which
+``without_grader_cells`` removes again before the notes go on top. Each test cell restored
+from the gradebook is told which of its lines are hidden tests (``hidden_lines``): the
+guard scrubs them from the kernel, and the executor keeps them out of every output.
 """
 
 from __future__ import annotations
 
 import copy
+import difflib
 import json
 from dataclasses import dataclass, field
 
@@ -32,7 +37,7 @@ import nbformat
 from nbformat import NotebookNode
 from nbformat.v4 import new_code_cell, new_markdown_cell, new_output
 
-from grading.guard import ROLE_KEY, guard, preamble
+from grading.guard import ROLE_KEY, closing, guard, preamble
 
 __all__ = [
     "MAX_SUBMISSION_BYTES",
@@ -41,6 +46,7 @@ __all__ = [
     "SourceNotebook",
     "changed_cells",
     "fail_all_tests",
+    "hidden_lines",
     "is_test",
     "nbgrader_meta",
     "notes_cell",
@@ -67,9 +73,44 @@ def is_test(cell: NotebookNode) -> bool:
 
 
 def role(cell: NotebookNode) -> str | None:
-    """``preamble``, ``guard`` or ``notes`` for the grader's own cells, else None."""
+    """``preamble``, ``guard``, ``close`` or ``notes`` for the grader's own cells, else None.
+
+    Only the grader writes this metadata: ``prepare`` removes it from every submitted cell.
+    """
     value = cell.get("metadata", {}).get(ROLE_KEY, {})
     return value.get("role") if isinstance(value, dict) else None
+
+
+def hidden_lines(cell: NotebookNode) -> list[int]:
+    """The line numbers (from 0) of a test cell's hidden tests, as ``prepare`` recorded them."""
+    value = cell.get("metadata", {}).get(ROLE_KEY, {})
+    lines = value.get("hidden_lines", []) if isinstance(value, dict) else []
+    return [int(i) for i in lines if isinstance(i, int)]
+
+
+_HIDDEN_MARKERS = ("BEGIN HIDDEN TESTS", "END HIDDEN TESTS")  # nbgrader's default ClearHiddenTests delimiters
+
+
+def _hidden(source: str, released: str | None) -> list[int]:
+    """Which lines of a test cell the release did not show (its hidden tests, markers included).
+
+    With the release at hand, every line it lacks (whatever the course's markers); without
+    it, the lines between nbgrader's default markers.
+    """
+    lines = source.split("\n")
+    if released is not None:
+        matcher = difflib.SequenceMatcher(None, lines, released.split("\n"), autojunk=False)
+        shown = {i for block in matcher.get_matching_blocks() for i in range(block.a, block.a + block.size)}
+        return [i for i in range(len(lines)) if i not in shown]
+    hidden, inside = [], False
+    for index, line in enumerate(lines):
+        if _HIDDEN_MARKERS[0] in line:
+            inside = True
+        if inside:
+            hidden.append(index)
+        if _HIDDEN_MARKERS[1] in line:
+            inside = False
+    return hidden
 
 
 @dataclass(frozen=True)
@@ -418,6 +459,7 @@ def prepare(
     if isinstance(kernel, dict) and kernel.get("name") not in (None, "python3"):
         notes.append(f"The notebook asked for kernel `{kernel.get('name')}`; it was graded with Python 3.")
     nb = submitted
+    _strip_grader_metadata(nb, notes)
     _repair_metadata(nb, spec, notes)
     _duplicates(nb, notes)
     if sanitizers is None:
@@ -427,7 +469,36 @@ def prepare(
     if spec.kernelspec:
         nb.metadata["kernelspec"] = copy.deepcopy(spec.kernelspec)
     CheckCellMetadata().preprocess(nb, {})
+    _mark_hidden_lines(nb, spec)
     return Prepared(nb, list(dict.fromkeys(notes)))
+
+
+def _strip_grader_metadata(nb: NotebookNode, notes: list[str]) -> None:
+    """The grader's own metadata is the grader's to write: a submitted cell that carries it loses it.
+
+    A cell claiming to be the grader's notes, preamble or check would otherwise be removed from
+    the autograded notebook (hiding what it did) or run with the grader's time limits.
+    """
+    for index, cell in enumerate(nb.cells):
+        if ROLE_KEY in cell.get("metadata", {}):
+            del cell.metadata[ROLE_KEY]
+            notes.append(
+                f"Cell {index + 1} carried the grader's own metadata (`{ROLE_KEY}`), which only the grader "
+                "writes; it was removed and the cell graded as the learner's."
+            )
+    if ROLE_KEY in nb.get("metadata", {}):
+        del nb.metadata[ROLE_KEY]
+
+
+def _mark_hidden_lines(nb: NotebookNode, spec: SourceNotebook) -> None:
+    """Tell each test cell restored from the gradebook which of its lines are hidden tests."""
+    for cell in nb.cells:
+        known = spec.cell(nbgrader_meta(cell).get("grade_id")) if is_test(cell) else None
+        if known is None or not known.is_test or cell.source != known.source:
+            continue
+        lines = _hidden(cell.source, known.released)
+        if lines:
+            cell.metadata[ROLE_KEY] = {"hidden_lines": lines}
 
 
 def stand_in(spec: SourceNotebook, reason: str) -> NotebookNode:
@@ -447,21 +518,29 @@ def _grader_cell(source: str, kind: str) -> NotebookNode:
 
 
 def with_grader_cells(nb: NotebookNode) -> NotebookNode:
-    """A copy with the preamble first and a guard before each test cell."""
+    """A copy with the preamble first, and a check before and a closing cell after each test cell."""
     out = copy.deepcopy(nb)
     cells = [_grader_cell(preamble([c.source for c in nb.cells if c.cell_type == "code"]), "preamble")]
     for cell in out.cells:
         if is_test(cell):
-            cells.append(_grader_cell(guard(len(cells)), "guard"))
-        cells.append(cell)
+            cells.append(_grader_cell(guard(len(cells), hidden_lines(cell)), "guard"))
+            cells.append(cell)
+            cells.append(_grader_cell(closing(len(cells)), "close"))
+        else:
+            cells.append(cell)
     out.cells = cells
     return out
 
 
+GRADER_ROLES = frozenset({"preamble", "guard", "close", "notes"})
+
+
 def without_grader_cells(nb: NotebookNode, notes: list[str]) -> NotebookNode:
-    """The grader's code cells removed, and the notes (if any) as a markdown cell on top."""
+    """The grader's code cells and metadata removed, and the notes (if any) as a markdown cell on top."""
     out = copy.deepcopy(nb)
-    out.cells = [c for c in out.cells if role(c) not in {"preamble", "guard", "notes"}]
+    out.cells = [c for c in out.cells if role(c) not in GRADER_ROLES]
+    for cell in out.cells:
+        cell.get("metadata", {}).pop(ROLE_KEY, None)
     count = 0
     for cell in out.cells:  # number the cells that ran 1, 2, ... as if the grader's had not been there
         if cell.get("cell_type") == "code" and cell.get("execution_count") is not None:

@@ -1,13 +1,22 @@
-"""The executor's output handling: the flood cap and the profiler's stderr chatter."""
+"""The executor's output handling: the flood cap, the profiler's stderr chatter, hidden tests kept out."""
 
 from __future__ import annotations
 
+import html
+import json
 from pathlib import Path
 
 import nbformat
+import pytest
 from nbformat.v4 import new_code_cell, new_notebook, new_output
 
-from grading.sandbox.execute import JailedKernelManager, _Client, drop_profiler_chatter, explain_limits
+from grading.sandbox.execute import (
+    JailedKernelManager,
+    _Client,
+    drop_profiler_chatter,
+    explain_limits,
+    keep_hidden_tests_out,
+)
 from grading.sandbox.protections import Limits
 
 SOURCE = Path(__file__).parent / "fixtures" / "grading" / "notebooks" / "90_grade_fixture_tensors.ipynb"
@@ -70,3 +79,51 @@ def test_an_error_a_sandbox_limit_caused_says_which_limit_and_how_much():
     assert len(notes) == 2
     explain_limits(nb, Limits(), notes)  # idempotent
     assert nb.cells[0].outputs[0]["evalue"].count("[grading sandbox:") == 1
+
+
+HIDDEN_CHECK = 'check_int(matmul_flops(7, 5, 3), 210, "matmul_flops(7, 5, 3)")'
+
+
+TEST_META = {"grade": True, "grade_id": "ex1_tests", "locked": True, "points": 1, "schema_version": 3,
+             "solution": False, "task": False}  # fmt: skip
+
+
+def _leaky_notebook(printed: list[dict]) -> nbformat.NotebookNode:
+    test = new_code_cell(
+        'check_int(matmul_flops(2, 3, 4), 48, "matmul_flops(2, 3, 4)")\n### BEGIN HIDDEN TESTS\n'
+        f"{HIDDEN_CHECK}\nx = 1\n### END HIDDEN TESTS",
+        metadata={"nbgrader": TEST_META, "course_grading": {"hidden_lines": [1, 2, 3, 4]}},
+    )
+    other = new_code_cell("x = 1", metadata={"nbgrader": {**test.metadata["nbgrader"], "grade_id": "ex2_tests"}})
+    return new_notebook(cells=[test, other, new_code_cell("print(stolen)", outputs=printed)])
+
+
+@pytest.mark.parametrize(
+    "output",
+    [
+        new_output("stream", name="stdout", text=f"found: {HIDDEN_CHECK}\n"),
+        new_output("execute_result", data={"text/plain": repr(["x = 1\n" + HIDDEN_CHECK + "\n"])}, execution_count=3),
+        new_output("display_data", data={"text/html": f"<pre>{html.escape(HIDDEN_CHECK)}</pre>"}),
+        new_output("error", ename="ValueError", evalue="x", traceback=[f"\x1b[31m{HIDDEN_CHECK}\x1b[0m"]),
+    ],
+    ids=["printed", "repr", "html", "coloured traceback"],
+)
+def test_an_output_with_a_hidden_line_is_removed_and_its_test_scores_0(output):
+    nb = _leaky_notebook([output])
+    notes: list[str] = []
+    keep_hidden_tests_out(nb, notes)
+    assert HIDDEN_CHECK not in json.dumps(nb.cells[2].outputs) and "hidden tests of `ex1_tests`" in json.dumps(
+        nb.cells[2].outputs
+    )
+    error = next(o for o in nb.cells[0].outputs if o["output_type"] == "error")
+    assert error["ename"] == "GradingIntegrityError" and "the output of code cell 3" in error["evalue"]
+    assert notes == [f"`ex1_tests`: {error['evalue']} (that output was removed)."]
+    assert not nb.cells[1].outputs  # the other test is not concerned
+
+
+def test_short_or_visible_lines_are_no_secret():
+    """A hidden line under 8 characters (`x = 1`), or one the visible text also has, proves nothing."""
+    nb = _leaky_notebook([new_output("stream", name="stdout", text="x = 1\nmatmul_flops(2, 3, 4)\n")])
+    notes: list[str] = []
+    keep_hidden_tests_out(nb, notes)
+    assert notes == [] and nb.cells[2].outputs[0]["text"] == "x = 1\nmatmul_flops(2, 3, 4)\n"

@@ -12,6 +12,8 @@ and every later test fails.
 
 from __future__ import annotations
 
+import json
+
 import nbformat
 import pytest
 from nbformat.v4 import new_code_cell, new_notebook
@@ -204,3 +206,88 @@ def test_a_grader_package_shipped_with_the_submission_is_not_imported_in_place_o
     nb = without_grader_cells(nbformat.from_dict(result["nb"]), [])
     error = next(o for o in nb.cells[1].outputs if o["output_type"] == "error")
     assert error["ename"] == "GradingIntegrityError" and "torch.allclose" in error["evalue"], error
+
+
+# ---------------------------------------------------------------------------------------
+# what the code under test can read of a test, and what the test keeps (one kernel, no torch)
+
+PEEK = """
+import linecache
+
+SEEN = []
+MARK = "SECRET" + "-"  # what the hidden lines hold (not written here, so that this cell does not match)
+
+
+def answer(x):
+    shell = get_ipython()
+    SEEN.append(sorted(name for name in globals() if name in ("expected", "helper")))  # the test's variables
+    SEEN.append([cell for cell in In if MARK in cell])
+    SEEN.append([line for entry in list(linecache.cache.values()) for line in entry[2] if MARK in line])
+    SEEN.append(shell.kernel.get_parent("shell")["content"]["code"])  # the request being run
+    SEEN.append(shell.displayhook.exec_result.info.raw_cell)  # IPython's record of it
+    return 2 * x
+"""
+HIDDEN_TEST = """answer(1)
+### BEGIN HIDDEN TESTS
+expected = 4  # SECRET-1
+
+
+def helper(value):  # SECRET-2
+    return value
+
+
+assert helper(answer(2)) == expected, "answer(2) should be 4"
+### END HIDDEN TESTS"""
+SHOW = "print(SEEN, In, _ih, Out, _oh, [v for k, v in globals().items() if k.startswith('_i')])"
+SWAP = 'import grading.guard\ngrading.guard.check.__code__ = (lambda *args: "0" * 32).__code__'
+
+
+@pytest.fixture(scope="module")
+def peeked():
+    hidden = {"course_grading": {"hidden_lines": list(range(1, 11))}}
+    cells = [
+        new_code_cell(PEEK),
+        new_code_cell(HIDDEN_TEST, metadata=_meta("hidden") | hidden),
+        new_code_cell("0.5", metadata=_meta("partial")),
+        new_code_cell("0.5;", metadata=_meta("partial_with_semicolon")),
+        new_code_cell("assert expected == 4 and helper(3) == 3", metadata=_meta("exported")),
+        new_code_cell(SHOW),
+        new_code_cell(SWAP),
+        new_code_cell("assert True", metadata=_meta("after_the_swap")),
+    ]
+    job = {"nb": with_grader_cells(new_notebook(cells=cells)), "files": None}
+    [(_, result)] = list(WorkerPool(1, detect(), Limits(cell_timeout=60), []).run([("nb", job)]))
+    assert "nb" in result, result
+    return without_grader_cells(nbformat.from_dict(result["nb"]), []), result["notes"]
+
+
+def _outputs(cell) -> str:
+    return json.dumps(cell.outputs)
+
+
+def test_the_code_under_test_reads_nothing_of_a_hidden_test(peeked):
+    nb, _ = peeked
+    assert not any(o["output_type"] == "error" for o in nb.cells[1].outputs), nb.cells[1].outputs
+    shown = _outputs(nb.cells[5])
+    assert shown.count("[], [], [], 'answer(1)") == 2, shown  # no `expected`, nothing in In or linecache
+    assert "SECRET-" not in shown and "answer(2) should be 4" not in shown, shown
+
+
+def test_a_tests_value_is_partial_credit_unless_it_ends_in_a_semicolon(peeked):
+    nb, _ = peeked
+    results = [o for o in nb.cells[2].outputs if o["output_type"] == "execute_result"]
+    assert [r["data"]["text/plain"] for r in results] == ["0.5"]
+    assert not [o for o in nb.cells[3].outputs if o["output_type"] == "execute_result"]
+
+
+def test_a_tests_variables_are_left_in_the_namespace_once_it_ends(peeked):
+    nb, _ = peeked
+    assert not any(o["output_type"] == "error" for o in nb.cells[4].outputs), nb.cells[4].outputs
+
+
+def test_replacing_the_code_of_the_grader_itself_is_refused(peeked):
+    nb, notes = peeked
+    assert "refused" in _outputs(nb.cells[6])
+    error = next(o for o in nb.cells[7].outputs if o["output_type"] == "error")
+    assert "tried to replace the __code__ of the grader's check" in error["evalue"], error
+    assert any(note.startswith("Before `after_the_swap`") for note in notes), notes

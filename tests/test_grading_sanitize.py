@@ -14,10 +14,11 @@ import nbformat
 import pytest
 from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
 
-from grading.guard import guard
+from grading.guard import closing, guard
 from grading.sanitize import (
     SourceNotebook,
     changed_cells,
+    hidden_lines,
     is_test,
     prepare,
     read_submission,
@@ -219,3 +220,53 @@ def test_changed_cells_without_a_release_agree_with_nbgrader_validate(with_check
     ours = changed_cells(nb, SourceNotebook.from_release(nb, "a1", "nb", trust_sources=False))
     theirs = [cell.metadata.nbgrader["grade_id"] for cell in Validator()._get_changed_cells(nb)]
     assert ours == theirs == (["ans_tests"] if with_checksums else [])
+
+
+@pytest.mark.parametrize("claimed", ["notes", "preamble", "guard", "close"])
+def test_a_cell_claiming_to_be_the_graders_is_the_learners(claimed):
+    """Only the grader writes its metadata: a submitted cell keeps its place and is graded, not deleted."""
+    nb = _answered()
+    nb.cells.insert(3, new_code_cell("import os  # EVIDENCE", metadata={"course_grading": {"role": claimed}}))
+    prepared = prepare(_dump(nb), _spec())
+    cell = next(c for c in prepared.nb.cells if "EVIDENCE" in c.source)
+    assert role(cell) is None and "course_grading" not in cell.metadata
+    assert any("carried the grader's own metadata" in n for n in prepared.notes)
+    back = without_grader_cells(with_grader_cells(prepared.nb), ["a note"])
+    assert any("EVIDENCE" in c.source for c in back.cells)
+    assert [role(c) for c in with_grader_cells(prepared.nb).cells].count(None) == len(prepared.nb.cells)
+
+
+def test_hidden_lines_are_those_the_release_lacks_and_the_checks_are_told():
+    from dataclasses import replace
+
+    from nbgrader import utils
+
+    hidden = "assert double(5) == 10, 'double(5)'\nassert double(-1) == -2"
+    full = _released()
+    full.cells[2].source += "\n### BEGIN HIDDEN TESTS\n" + hidden + "\n### END HIDDEN TESTS"
+    checksum = utils.compute_checksum(full.cells[2])
+    released = {c.name: c for c in _spec().cells}
+    cells = [
+        replace(c, checksum=checksum, released=released[c.name].source) if c.name == "ans_tests" else c
+        for c in _spec(full).cells
+    ]
+    prepared = prepare(_dump(_answered()), SourceNotebook("a1", "nb", tuple(cells)))
+    test = next(c for c in prepared.nb.cells if is_test(c))
+    assert hidden_lines(test) == [1, 2, 3, 4]  # the markers too: the release shows neither
+    guarded = with_grader_cells(prepared.nb)
+    at = next(i for i, c in enumerate(guarded.cells) if is_test(c))
+    assert guarded.cells[at - 1].source == guard(at - 1, [1, 2, 3, 4])
+    assert role(guarded.cells[at + 1]) == "close" and guarded.cells[at + 1].source == closing(at + 1)
+    back = without_grader_cells(guarded, [])
+    assert all("course_grading" not in c.metadata for c in back.cells)  # the autograded notebook has none
+
+
+def test_without_a_release_the_hidden_lines_are_between_nbgraders_markers():
+    from nbgrader import utils
+
+    nb = _released()
+    nb.cells[2].source = "x = 1\n### BEGIN HIDDEN TESTS\nassert x == 1\n### END HIDDEN TESTS\ny = 2"
+    nb.cells[2].metadata["nbgrader"]["checksum"] = utils.compute_checksum(nb.cells[2])
+    spec = SourceNotebook.from_release(nb, "a1", "nb", trust_sources=False)
+    prepared = prepare(_dump(nb), spec)
+    assert hidden_lines(next(c for c in prepared.nb.cells if is_test(c))) == [1, 2, 3]

@@ -10,15 +10,23 @@ the kernel does not answer the interrupt, or dies, a fresh kernel replays the ce
 had run and grading goes on from the next cell, up to ``Limits.restarts`` times and within
 the notebook's time limit; cells that could not run get an error output, so a test that
 never ran never scores. When a guard cell finds patched comparison functions, every
-remaining test cell fails with the guard's message, without running; when a test cell
-meets an object that lies (``guard``), it fails and the notes say what was found. A reply
+remaining test cell fails with the guard's message, without running; when the closing cell
+after a test finds that something changed while the test ran, that test fails too; when a
+test cell meets an object that lies (``guard``), it fails and the notes say what was found.
+Test cells run with ``store_history=False`` (not in ``In``, ``_ih`` or the history). A reply
 with status "error" but no error output (a suppressed traceback) gets its error output
 back, as nbgrader does.
+
+Whatever the kernel did, no output leaves with the text of a hidden test in it: every
+output of every cell is searched for the hidden lines ``sanitize`` recorded on each test
+cell (as printed, as a ``repr``, as HTML); an output that holds one is replaced by a note,
+and the test whose hidden lines it showed scores 0 (the learner's cell stays, as evidence).
 """
 
 from __future__ import annotations
 
 import copy
+import html
 import json
 import re
 import signal
@@ -36,7 +44,7 @@ from nbformat.v4 import new_output
 
 from grading.guard import digest
 from grading.sandbox.protections import Limits, parent_death_signal
-from grading.sanitize import is_test, role
+from grading.sanitize import hidden_lines, is_test, role
 
 __all__ = ["GRADER_PROBLEM", "JailedKernelManager", "drop_profiler_chatter", "execute"]
 
@@ -257,6 +265,7 @@ def execute(
     _run(nb, new_kernel, limits, notes, token, skip)
     drop_profiler_chatter(nb)
     explain_limits(nb, limits, notes)
+    keep_hidden_tests_out(nb, notes)
     for index, cell in enumerate(nb.cells):
         for output in cell.get("outputs", []) if is_test(cell) else []:
             if output.get("ename") == "GradingIntegrityError" and str(output.get("evalue", "")).startswith("the test"):
@@ -265,7 +274,7 @@ def execute(
 
 
 def _answered(cell: NotebookNode, expected: str) -> bool:
-    """Whether a guard cell's result is the expected digest (its ``execute_result``)."""
+    """Whether a grader cell's result is the expected digest (its ``execute_result``)."""
     return any(
         output.get("output_type") == "execute_result" and output.get("data", {}).get("text/plain") == repr(expected)
         for output in cell.get("outputs", [])
@@ -281,8 +290,10 @@ def _run(
     skip: frozenset[int] = frozenset(),
 ) -> NotebookNode:
     deadline = time.monotonic() + limits.notebook_timeout
+    skip = _with_grader_cells(nb, skip)
     code = [i for i, c in enumerate(nb.cells) if c.cell_type == "code" and c.source.strip() and i not in skip]
     history: list[int] = []
+    unfinished: set[int] = set()  # test cells that timed out or crashed
     position, restarts = 0, 0
 
     def give_up(reason: str) -> None:
@@ -301,7 +312,9 @@ def _run(
                     client.timeout = int(
                         PREAMBLE_TIMEOUT if role(nb.cells[index]) == "preamble" else limits.cell_timeout
                     )
-                    client.execute_cell(copy.deepcopy(nb.cells[index]), index)
+                    client.execute_cell(
+                        copy.deepcopy(nb.cells[index]), index, store_history=not is_test(nb.cells[index])
+                    )
                 replaying = False
                 while position < len(code):
                     index = code[position]
@@ -315,15 +328,17 @@ def _run(
                     limit = PREAMBLE_TIMEOUT if kind == "preamble" else min(limits.cell_timeout, remaining)
                     client.timeout = max(1, int(limit))
                     try:
-                        client.execute_cell(cell, index)
+                        client.execute_cell(cell, index, store_history=not is_test(cell))
                     except CellTimeoutError:
                         _fail(cell, "CellTimeoutError", f"the cell exceeded its {limit:.0f} s time limit")
                         notes.append(f"Cell {_label(nb, index)} exceeded its {limit:.0f} s time limit.")
+                        _unfinished(nb, index, history, unfinished)
                         if kind is None and _interrupted(client, km, deadline):
                             position += 1  # the kernel keeps what the cell did before the interrupt, as in nbgrader
                             continue
                         raise
                     except DeadKernelError:
+                        _unfinished(nb, index, history, unfinished)
                         words = _exit_words(km.exit_status())
                         _fail(cell, "KernelDied", words)
                         notes.append(f"Cell {_label(nb, index)}: {words}.")
@@ -333,17 +348,18 @@ def _run(
                         position += 1
                         give_up("not run: the grader's preamble failed")
                         return nb
-                    if kind == "guard" and not _has_error(cell) and not _answered(cell, digest(token, index)):
+                    phase = "check" if kind == "guard" else "close"
+                    if (
+                        kind in ("guard", "close")
+                        and not _has_error(cell)
+                        and not _answered(cell, digest(token, index, phase))
+                    ):
                         _fail(cell, "GradingIntegrityError", BYPASSED)
-                    if kind == "guard" and _has_error(cell):
-                        message = _has_error(cell) or "tampering detected"
-                        notes.append(f"Before {_label(nb, index + 1)}: {message}.")
-                        position += 1
-                        for later in code[position:]:
-                            if is_test(nb.cells[later]):
-                                _fail(nb.cells[later], "GradingIntegrityError", message)
+                    if kind in ("guard", "close") and _has_error(cell):
+                        _untrusted_from(nb, code, position, _has_error(cell) or "tampering detected", notes)
                         return nb
-                    history.append(index)
+                    if not (kind == "close" and index - 1 in unfinished):
+                        history.append(index)  # a test that did not finish is not replayed, nor its check and close
                     position += 1
         except (CellTimeoutError, DeadKernelError):
             if replaying:
@@ -355,14 +371,13 @@ def _run(
                 notes.append(f"{GRADER_PROBLEM}: the grader's preamble did not finish.")
                 give_up("not run: the grader's preamble did not finish")
                 return nb
-            if kind == "guard":  # the integrity check itself was made to hang or crash
+            if kind in ("guard", "close"):  # the integrity check itself was made to hang or crash
                 message = "the grader's integrity check could not run, so the tests cannot be trusted"
-                notes.append(f"Before {_label(nb, code[position] + 1)}: {message}.")
-                for later in code[position:]:
-                    if is_test(nb.cells[later]):
-                        _fail(nb.cells[later], "GradingIntegrityError", message)
+                _untrusted_from(nb, code, position, message, notes)
                 return nb
             position += 1  # the failing cell is marked; carry on after it in a fresh kernel
+            if position < len(code) and role(nb.cells[code[position]]) == "close":
+                position += 1  # the test did not finish: its closing cell has nothing to close in a fresh kernel
             restarts += 1
             if restarts > limits.restarts:
                 notes.append(f"Stopped after {limits.restarts} kernel restarts.")
@@ -376,6 +391,132 @@ def _run(
         finally:
             _kill(km)
     return nb
+
+
+def _unfinished(nb: NotebookNode, index: int, history: list[int], unfinished: set[int]) -> None:
+    """A test cell did not finish: a fresh kernel must not replay the check that armed it."""
+    if is_test(nb.cells[index]):
+        unfinished.add(index)
+        if history and history[-1] == index - 1 and role(nb.cells[index - 1]) == "guard":
+            history.pop()
+
+
+def _with_grader_cells(nb: NotebookNode, skip: frozenset[int]) -> frozenset[int]:
+    """The test cells in ``skip`` and the grader's check and closing cells around each."""
+    around = set(skip)
+    for index in skip:
+        for neighbour in (index - 1, index + 1):
+            if 0 <= neighbour < len(nb.cells) and role(nb.cells[neighbour]) in ("guard", "close"):
+                around.add(neighbour)
+    return frozenset(around)
+
+
+def _untrusted_from(nb: NotebookNode, code: list[int], position: int, message: str, notes: list[str]) -> None:
+    """A grader cell found tampering: fail every test from here on (and the test a closing cell closes)."""
+    index = code[position]
+    if role(nb.cells[index]) == "close" and index > 0 and is_test(nb.cells[index - 1]):
+        notes.append(f"During {_label(nb, index - 1)}: {message}.")
+        _fail(nb.cells[index - 1], "GradingIntegrityError", message)
+    else:
+        notes.append(f"Before {_label(nb, index + 1)}: {message}.")
+    for later in code[position + 1 :]:
+        if is_test(nb.cells[later]):
+            _fail(nb.cells[later], "GradingIntegrityError", message)
+
+
+# ---------------------------------------------------------------------------------------
+# hidden tests never leave in an output
+
+_ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
+_ESCAPES = {"\\n": "\n", "\\t": "\t", "\\'": "'", '\\"': '"', "\\\\": "\\"}
+_MIN_SECRET = 8  # characters of a hidden line, once stripped, for it to count (as release.find_leaks)
+REDACTED = "[removed by the grader: this output held text of the hidden tests of {}]"
+
+
+def _squeeze(text: str) -> str:
+    return " ".join(text.split())
+
+
+def _readings(text: str) -> list[str]:
+    """The ways an output may show a line: as printed, inside a repr (escaped), as HTML, coloured."""
+    plain = _ANSI.sub("", text)
+    unescaped = plain
+    for escaped, character in _ESCAPES.items():
+        unescaped = unescaped.replace(escaped, character)
+    return [_squeeze(t) for t in dict.fromkeys((plain, unescaped, html.unescape(plain), html.unescape(unescaped)))]
+
+
+def _secrets(nb: NotebookNode) -> dict[str, str]:
+    """squeezed hidden line -> the label of its test cell, for lines no visible text contains."""
+    hidden: dict[str, str] = {}
+    public = []
+    for index, cell in enumerate(nb.cells):
+        lines = cell.get("source", "").split("\n")
+        secret = set(hidden_lines(cell)) if is_test(cell) else set()
+        public += [line for i, line in enumerate(lines) if i not in secret]
+        for i in secret:
+            if i < len(lines) and len(lines[i].strip()) >= _MIN_SECRET:
+                hidden.setdefault(_squeeze(lines[i]), _label(nb, index))
+    text = _squeeze("\n".join(public))
+    return {line: label for line, label in hidden.items() if line not in text and "HIDDEN TESTS" not in line}
+
+
+def _leaked(text: str, secrets: dict[str, str]) -> set[str]:
+    readings = _readings(text)
+    return {label for line, label in secrets.items() if any(line in reading for reading in readings)}
+
+
+def keep_hidden_tests_out(nb: NotebookNode, notes: list[str]) -> None:
+    """Replace every output that shows a hidden line; the tests it came from score 0, with a note."""
+    secrets = _secrets(nb)
+    if not secrets:
+        return
+    leaked: dict[str, set[str]] = {}
+    for index, cell in enumerate(nb.cells):
+        for output in cell.get("outputs", []) if cell.get("cell_type") == "code" else []:
+            for field, text in _texts(output):
+                found = _leaked(text, secrets)
+                if found:
+                    _replace(output, field, REDACTED.format(", ".join(sorted(found))))
+                    for label in found:
+                        leaked.setdefault(label, set()).add(_label(nb, index))
+    for index, cell in enumerate(nb.cells):
+        label = _label(nb, index)
+        if is_test(cell) and label in leaked:
+            where = ", ".join(sorted(leaked[label]))
+            message = (
+                f"text of this test's hidden lines appeared in the output of {where}: the hidden tests were read "
+                "from the kernel, so this test scores 0"
+            )
+            _fail(cell, "GradingIntegrityError", message)
+            notes.append(f"{label}: {message} (that output was removed).")
+
+
+def _texts(output: dict) -> list[tuple[tuple, str]]:
+    """(where in the output, text) of every piece of text an output holds."""
+    found: list[tuple[tuple, str]] = []
+    if "text" in output:
+        found.append((("text",), _joined(output["text"])))
+    for mime, value in (output.get("data") or {}).items():
+        found.append((("data", mime), _joined(value) if isinstance(value, str | list) else json.dumps(value)))
+    if "evalue" in output:
+        found.append((("evalue",), str(output["evalue"])))
+    for i, line in enumerate(output.get("traceback") or []):
+        found.append((("traceback", i), str(line)))
+    return found
+
+
+def _joined(value: object) -> str:
+    return "".join(value) if isinstance(value, list) else str(value)
+
+
+def _replace(output: dict, field: tuple, note: str) -> None:
+    if field[0] == "data":
+        output["data"][field[1]] = note if isinstance(output["data"][field[1]], str | list) else {"removed": note}
+    elif field[0] == "traceback":
+        output["traceback"][field[1]] = note
+    else:
+        output[field[0]] = note + ("\n" if field[0] == "text" else "")
 
 
 def _interrupted(client: _Client, km: JailedKernelManager, deadline: float) -> bool:
