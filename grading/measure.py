@@ -19,7 +19,12 @@ the course, as nbgrader's late-penalty plugins are); the ``ANSWER_ID`` s are the
 * its ``Verdict`` becomes the cell's outputs, which nbgrader scores as any test cell: the
   report as printed text and the points as the cell's value (nbgrader's partial credit);
   an ``AssertionError`` from the referee is the learner's failure (0 points, its message
-  shown); any other exception is a grader problem.
+  shown); any other exception is a grader problem;
+* a ``Verdict`` with ``needs_manual_grade`` (the grader could not measure: other work kept
+  taking the measured CPU) keeps the points it could decide (correctness) and leaves the
+  rest to the instructor: ``flag_unmeasured`` marks the cell for manual grading in the
+  gradebook (nbgrader's ``needs_manual_grade``, which the formgrader lists), and the worker
+  adds a grader-problem note.
 
 The directive is read only from test cells that come from the gradebook or the release
 (``sanitize`` restores them), so a learner can neither add, change nor remove one. Plain
@@ -39,7 +44,17 @@ from typing import Any
 from nbformat import NotebookNode
 from nbformat.v4 import new_output
 
-__all__ = ["Measured", "Rounds", "Verdict", "apply_verdict", "find_measured", "measured_tests", "run_referee"]
+__all__ = [
+    "Measured",
+    "Rounds",
+    "Verdict",
+    "apply_verdict",
+    "find_measured",
+    "flag_unmeasured",
+    "measured_tests",
+    "run_referee",
+    "unmeasured",
+]
 
 DIRECTIVE = re.compile(
     r"^#\s*course:\s*measure\s+(?P<referee>[A-Za-z_]\w*)(?P<answers>(?:[ \t]+[\w.-]+)*)[ \t]*$", re.M
@@ -57,10 +72,15 @@ class Measured:
 
 @dataclass(frozen=True)
 class Verdict:
-    """What a referee decided: the points (at most the cell's) and the report the learner reads."""
+    """What a referee decided: the points (at most the cell's) and the report the learner reads.
+
+    ``needs_manual_grade``: the grader could not measure what the rest of the points depend
+    on; ``points`` are those it could decide, and the instructor decides the others.
+    """
 
     points: float
     report: str
+    needs_manual_grade: bool = False
 
 
 def _meta(cell: NotebookNode) -> dict:
@@ -118,10 +138,12 @@ class Rounds:
         answers: dict[str, str],
         start: Callable[[dict[str, Any], str], Any],
         deadline: float,
+        cpu: str = "",
     ) -> None:
         self.answers = answers
         self._start = start
         self.deadline = deadline
+        self.cpu = cpu  # what the rounds run on, in words (``cpus.Reservation.describe``)
 
     def remaining(self) -> float:
         """Seconds left of the measurement's time budget."""
@@ -162,18 +184,48 @@ def run_referee(measured: dict[str, Any], rounds: Rounds) -> Verdict | Assertion
     return verdict
 
 
+_MARK = "course_grading"  # the key of a verdict's execute_result metadata
+
+
 def apply_verdict(cell: NotebookNode, outcome: Verdict | AssertionError) -> None:
     """The cell's outputs from the referee: report and points, or the failure (scored 0)."""
     if isinstance(outcome, Verdict):
         points = int(outcome.points) if float(outcome.points).is_integer() else outcome.points
-        cell.outputs = [
-            new_output("stream", name="stdout", text=outcome.report.rstrip("\n") + "\n"),
-            new_output(
-                "execute_result", data={"text/plain": repr(points)}, execution_count=cell.get("execution_count")
-            ),
-        ]
+        result = new_output(
+            "execute_result", data={"text/plain": repr(points)}, execution_count=cell.get("execution_count")
+        )
+        if outcome.needs_manual_grade:
+            result.metadata = {_MARK: {"needs_manual_grade": True}}
+        cell.outputs = [new_output("stream", name="stdout", text=outcome.report.rstrip("\n") + "\n"), result]
         return
     message = str(outcome) or "the measured test failed"
     cell.outputs = [
         new_output("error", ename="AssertionError", evalue=message, traceback=[f"AssertionError: {message}"])
     ]
+
+
+def unmeasured(nb: NotebookNode) -> list[str]:
+    """The ``grade_id`` s of the measured tests of a graded notebook that its referee could not measure.
+
+    Read only from measured test cells (their source is the instructor's, and their outputs
+    are the referee's alone: the kernel never runs them), so no learner output can ask for it.
+    """
+    measured = {m.grade_id for m in find_measured(nb)}
+    return [
+        _meta(cell)["grade_id"]
+        for cell in nb.cells
+        if _meta(cell).get("grade_id") in measured
+        and any(o.get("metadata", {}).get(_MARK, {}).get("needs_manual_grade") for o in cell.get("outputs", []))
+    ]
+
+
+def flag_unmeasured(gradebook: Any, grade_ids: list[str], notebook: str, assignment: str, student: str) -> None:
+    """Mark the grades ``grade_ids`` (``unmeasured(nb)``) as needing manual grading in nbgrader's gradebook.
+
+    Run after nbgrader's ``SaveAutoGrades``: the auto score (the points the referee could
+    decide) stays, and the formgrader lists the cell for the instructor.
+    """
+    for grade_id in grade_ids:
+        gradebook.find_grade(grade_id, notebook, assignment, student).needs_manual_grade = True
+    if grade_ids:
+        gradebook.db.commit()

@@ -32,7 +32,8 @@ import nbformat
 import pytest
 
 from grading.measure import Rounds, answers_of
-from grading.sandbox.protections import Limits, detect
+from grading.sandbox.cpus import reserve
+from grading.sandbox.protections import GRADING_UID_BASE, Limits, SlotLease, detect
 from grading.sandbox.rounds import starter
 
 # Each exploit is graded in fresh jailed processes: `make grading-test` (and CI) runs this file, `make test` does not.
@@ -358,19 +359,30 @@ def solutions() -> dict[str, str]:
 
 
 def grade(answers: dict[str, str], rounds: int = 1):
-    """The referee's verdict (or the AssertionError that fails the test) on ``answers``, in ``rounds`` rounds."""
+    """The referee's verdict (or the AssertionError that fails the test) on ``answers``, in ``rounds`` rounds.
+
+    As a grading worker measures: on a leased slot's CPU, held for the measurement.
+    """
+    protections = detect()
+    root = protections.level == "root"
+    lease = SlotLease(1, root)
+    slot = lease.slots[0]
     capstone_referee.ROUNDS, before = rounds, capstone_referee.ROUNDS
     try:
-        with tempfile.TemporaryDirectory(prefix="referee-test-") as tmp:
+        with (
+            tempfile.TemporaryDirectory(prefix="referee-test-") as tmp,
+            reserve(protections.level, slot, GRADING_UID_BASE + slot if root else None, wait=600) as held,
+        ):
             base = Path(tmp)
             base.chmod(0o711)
-            start = starter(detect(), Limits(), [], 0, base)
+            start = starter(protections, Limits(), [], slot, base, held)
             try:
-                return capstone_referee.referee(Rounds(answers, start, time.monotonic() + 600))
+                return capstone_referee.referee(Rounds(answers, start, time.monotonic() + 600, held.describe()))
             except AssertionError as failure:
                 return failure
     finally:
         capstone_referee.ROUNDS = before
+        lease.release()
 
 
 @pytest.mark.parametrize("name", sorted(EXPLOITS))

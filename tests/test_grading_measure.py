@@ -19,7 +19,8 @@ from nbformat.v4 import new_code_cell, new_notebook
 from nbgrader.utils import determine_grade
 
 from grading.measure import Verdict, apply_verdict, find_measured, measured_tests
-from grading.sandbox.protections import Limits, detect
+from grading.sandbox.cpus import reserve
+from grading.sandbox.protections import GRADING_UID_BASE, Limits, SlotLease, detect
 from grading.sandbox.rounds import RoundError, starter
 from grading.sandbox.worker import WorkerPool
 from grading.sanitize import with_grader_cells, without_grader_cells
@@ -36,12 +37,26 @@ def _meta(grade_id: str, *, solution: bool = False, points: int = 3) -> dict:
 
 
 @pytest.fixture
-def start():
+def held():
+    """``(slot, reservation)``: a leased grading slot and the CPU it holds, as a grading worker's measurement has."""
+    lease = SlotLease(1, PROTECTIONS.level == "root")
+    slot = lease.slots[0]
+    uid = GRADING_UID_BASE + slot if PROTECTIONS.level == "root" else None
+    try:
+        with reserve(PROTECTIONS.level, slot, uid, wait=600) as reservation:
+            yield slot, reservation
+    finally:
+        lease.release()
+
+
+@pytest.fixture
+def start(held):
     """``start(setup, side)`` as a referee gets it, over a fresh base folder."""
+    slot, reservation = held
     with tempfile.TemporaryDirectory(prefix="measure-test-") as tmp:
         base = Path(tmp)
         base.chmod(0o711)  # the grading user must reach its working directories
-        yield starter(PROTECTIONS, Limits(), [], 0, base)
+        yield starter(PROTECTIONS, Limits(), [], slot, base, reservation)
 
 
 def _processes_running(needle: bytes) -> list[int]:
@@ -80,6 +95,9 @@ def test_everything_a_round_process_started_dies_with_it(start):
         process.wait_ready(60)
         _, message = process.round({"run": leave_behind}, timeout=30)
         assert "started" in message.header["output"]
+        deadline = time.monotonic() + 10  # (the background shell may not have exec'd sleep yet)
+        while not _processes_running(f"sleep\0003{marker}".encode()) and time.monotonic() < deadline:
+            time.sleep(0.05)
         assert _processes_running(f"sleep\0003{marker}".encode())
     deadline = time.monotonic() + 10
     while _processes_running(f"sleep\0003{marker}".encode()) and time.monotonic() < deadline:

@@ -13,8 +13,15 @@ Everything that decides the points happens in the worker, outside any learner co
   drawn here, with ``secrets``, and sent to a process only when its clock starts;
 * the clock is this process's; it stops when the trained weights and every step's loss
   have arrived as plain float32 bytes, which are checked against the baseline's here;
-* threads (one), CPU (the same one for both sides; changing the affinity is refused),
-  environment and limits are the grader's, the same for both sides;
+* threads (one), CPU (the same one for both sides, held by this measurement: no other job
+  may run there meanwhile; changing the affinity is refused), priority, environment and
+  limits are the grader's, the same for both sides;
+* the time other work had that CPU anyway during a timed run (the machine's other users,
+  where the grader cannot keep them off) is not counted when the kernel accounted it
+  exactly, and a run it disturbed too much (``grading.sandbox.cpus``) is measured again with
+  new inputs, up to ``DISTURBED_RUNS`` times; then the test keeps its correctness points and
+  its speed points are left to the instructor (``Verdict.needs_manual_grade``), never
+  charged to the learner. Its result is still checked: correctness does not depend on time;
 * the ratio, the tier and the points are computed here, from ``course_utils.capstone``
   as installed (a learner who rebinds anything in their notebook changes their kernel's
   copy, never this one).
@@ -32,12 +39,21 @@ from dataclasses import asdict, replace
 from typing import Any
 
 from grading.measure import Rounds, Verdict
-from grading.sandbox.rounds import RoundError
+from grading.sandbox.rounds import Disturbed, RoundError
 
 ENTRY = "course_utils.capstone:timed_rounds"
 ROUNDS = 5  # at most; measuring stops once the tier of the median is certain
 READY_SECONDS = 300.0  # loading, warming up and a cold torch.compile of the learner's answer
 MIN_ROUND_SECONDS = 60.0  # the answer's timed run may take this long, or 20 times the baseline's
+DISTURBED_RUNS = 5  # timed runs measured again because other work took their CPU, at most
+
+
+class _Unmeasurable(Exception):
+    """Other work kept taking the measured CPU: the speed cannot be measured now."""
+
+
+class _OutOfTime(Exception):
+    """The measurement's time budget is used up."""
 
 
 def _draw(task):
@@ -62,79 +78,145 @@ class _Referee:
         }
         self.seconds: dict[str, list[float]] = {"baseline": [], "answer": []}
         self.other_results: dict[str, Any] = {}
+        self.other_checked = False
         self.agreement: Any = None
         self.diagnosis: dict = {}
+        self.disturbed: list[str] = []  # the timed runs measured again, and why
+        self.corrections: list[float] = []  # seconds taken off timed runs: other work had their CPU (exact)
 
     def limit(self) -> float:
         """Seconds a timed run may take: MIN_ROUND_SECONDS, or 20 times the baseline's."""
         times = self.seconds["baseline"]
         return max(MIN_ROUND_SECONDS, 20 * statistics.median(times)) if times else MIN_ROUND_SECONDS
 
-    def side(self, side: str, task: Any, index: int, first: bool, baseline: Any) -> tuple[float, Any]:
-        """One fresh process of ``side``: warm up, the timed run of ``task``, then (first round) the checks."""
+    def note_disturbed(self, who: str, attempt: int, error: Disturbed) -> None:
+        """A run to do again; past ``DISTURBED_RUNS`` of them, the speed cannot be measured."""
+        self.disturbed.append(f"{who} in round {attempt}: {error}")
+        if len(self.disturbed) > DISTURBED_RUNS:
+            raise _Unmeasurable
+
+    def side(self, side: str, task: Any, attempt: int, baseline: Any) -> tuple[float | None, Any]:
+        """One fresh process of ``side``: warm up, the timed run of ``task``, then (once per side) the checks.
+
+        The seconds are None when other work disturbed the timed run (its result is checked all
+        the same); ``Disturbed`` leaves here when the process could not even finish meanwhile.
+        """
         capstone = self.capstone
-        who = f"fast_train (round {index + 1})" if side == "answer" else "the baseline"
+        who = f"fast_train (round {attempt})" if side == "answer" else "the baseline"
         try:
             with self.rounds.start(self.setups[side], side) as process:
-                process.wait_ready(min(READY_SECONDS, max(self.rounds.remaining(), 1.0)))
-                seconds, message = process.round({"task": asdict(task)}, self.limit())
+                budget = self.rounds.remaining()
+                try:
+                    process.wait_ready(min(READY_SECONDS, max(budget, 1.0)))
+                except RoundError as error:
+                    if error.timeout and budget < READY_SECONDS:  # the budget ran out, not the answer's time
+                        raise _OutOfTime from None
+                    raise
+                try:
+                    seconds, message = process.round({"task": asdict(task)}, self.limit())
+                    if process.disturbance is not None and process.disturbance.correction:
+                        self.corrections.append(process.disturbance.correction)
+                except Disturbed as disturbed:
+                    if disturbed.result is None:
+                        raise
+                    self.note_disturbed(who, attempt, disturbed)
+                    seconds, message = None, disturbed.result
                 result = capstone.result_from_arrays(message.arrays, task, who=who)
                 if baseline is not None:  # the answer's run, checked before anything else is asked of it
                     agreement = capstone.check_same_training(result, baseline, task, who=who)
                     self.agreement = self.agreement or agreement
-                if first:
-                    _, other = process.round({"task": asdict(self.other)}, max(self.limit(), MIN_ROUND_SECONDS))
+                if side not in self.other_results:  # untimed: correctness on another task, then the diagnosis
+                    limit = max(self.limit(), MIN_ROUND_SECONDS)
+                    _, other = process.round({"task": asdict(self.other)}, limit, timed=False)
                     self.other_results[side] = capstone.result_from_arrays(other.arrays, self.other, who=who)
                     if side == "answer":
-                        _, counted = process.round({"task": asdict(task), "diagnose": True}, MIN_ROUND_SECONDS)
+                        spec = {"task": asdict(task), "diagnose": True}
+                        _, counted = process.round(spec, MIN_ROUND_SECONDS, timed=False)
                         self.diagnosis = counted.header
-        except TimeoutError as error:
-            raise AssertionError(f"the measurement used up its time budget in round {index + 1}: {error}") from None
+        except TimeoutError:  # the budget, at the start of a process
+            raise _OutOfTime from None
         except RoundError as error:
             if side == "baseline":
                 raise RuntimeError(f"the baseline's process failed: {error} {error.details[-800:]}") from error
-            raise _answer_failed(error, f"in round {index + 1}") from None
+            raise _answer_failed(error, f"in round {attempt}") from None
         return seconds, result
 
     def run(self) -> None:
-        """Interleaved rounds, stopping once the tier of the median is certain."""
+        """Interleaved rounds, stopping once the tier of the median is certain; disturbed rounds again."""
         capstone = self.capstone
         thresholds = sorted(threshold for threshold, _ in capstone.SPEED_TIERS)
-        for index in range(ROUNDS):
+        attempt = 0
+        while len(self.seconds["answer"]) < ROUNDS:
+            attempt += 1
             task = _draw(capstone.GRADED_TASK)
-            first = index == 0
-            results: dict[str, tuple[float, Any]] = {}
-            for side in ("baseline", "answer") if index % 2 == 0 else ("answer", "baseline"):
-                baseline = results["baseline"][1] if side == "answer" and "baseline" in results else None
-                results[side] = self.side(side, task, index, first, baseline)
-            if "baseline" in results and index % 2 == 1:  # the answer went first: check it now
+            order = ("baseline", "answer") if attempt % 2 == 1 else ("answer", "baseline")
+            results: dict[str, tuple[float | None, Any]] = {}
+            try:
+                for side in order:
+                    baseline = results["baseline"][1] if side == "answer" and "baseline" in results else None
+                    results[side] = self.side(side, task, attempt, baseline)
+            except Disturbed as disturbed:  # a process could not finish while other work had its CPU
+                self.note_disturbed("fast_train" if side == "answer" else "the baseline", attempt, disturbed)
+                continue
+            if order[0] == "answer":  # the answer went first: check it now
                 self.agreement = self.agreement or capstone.check_same_training(
-                    results["answer"][1], results["baseline"][1], task, who=f"fast_train (round {index + 1})"
+                    results["answer"][1], results["baseline"][1], task, who=f"fast_train (round {attempt})"
                 )
-            if first:
+            if not self.other_checked and len(self.other_results) == 2:
                 capstone.check_same_training(
                     self.other_results["answer"],
                     self.other_results["baseline"],
                     self.other,
                     who="fast_train on another task",
                 )
+                self.other_checked = True
+            if any(seconds is None for seconds, _ in results.values()):
+                continue  # its timing is void; the round is done again with new inputs
             for side in ("baseline", "answer"):
                 self.seconds[side].append(results[side][0])
             ratios = [b / a for b, a in zip(self.seconds["baseline"], self.seconds["answer"], strict=True)]
             if capstone._decided(ratios, ROUNDS, thresholds):
                 return
 
-    def verdict(self) -> Verdict:
+    @property
+    def correct(self) -> bool:
+        return self.agreement is not None and self.other_checked
+
+    def _header(self) -> list[str]:
+        capstone = self.capstone
+        lines = [
+            "measured by the grader, outside your notebook: each timed run in a fresh process on one CPU thread, "
+            "on weights, batches and images drawn when the run started"
+            + (f"; on {self.rounds.cpu}" if self.rounds.cpu else "")
+        ]
+        if self.correct:
+            lines.append(f"correct: {self.agreement} -> {capstone.CORRECTNESS_POINTS} points")
+        return lines
+
+    def _disturbances(self) -> list[str]:
+        lines = []
+        if self.corrections:
+            lines.append(
+                f"other work had the measured CPU for {sum(self.corrections) * 1e3:.0f} ms during "
+                f"{len(self.corrections)} timed runs (by the kernel's account); that time is not counted"
+            )
+        if not self.disturbed:
+            return lines
+        more = len(self.disturbed) - 3
+        shown = "; ".join(self.disturbed[:3]) + (f"; and {more} more" if more > 0 else "")
+        return [*lines, f"measured again ({len(self.disturbed)} timed runs): {shown}"]
+
+    def verdict(self, note: str = "") -> Verdict:
         capstone = self.capstone
         speedup = capstone.Speedup(tuple(self.seconds["baseline"]), tuple(self.seconds["answer"]))
         speed = capstone.speed_points(speedup.ratio)
         points = capstone.CORRECTNESS_POINTS + speed
         tiers = ", ".join(f"{threshold:g}x: {p}" for threshold, p in capstone.SPEED_TIERS)
         lines = [
-            "measured by the grader, outside your notebook: each timed run in a fresh process on one CPU thread, "
-            "on weights, batches and images drawn when the run started",
-            f"correct: {self.agreement} -> {capstone.CORRECTNESS_POINTS} points",
+            *self._header(),
             f"{speedup} -> {speed} of {capstone.MAX_POINTS - capstone.CORRECTNESS_POINTS} points (tiers {tiers})",
+            *([note] if note else []),
+            *self._disturbances(),
         ]
         if self.diagnosis:
             mistakes = [str(m) for m in self.diagnosis.get("mistakes", [])]
@@ -143,6 +225,26 @@ class _Referee:
             lines += [f"  - {mistake}" for mistake in mistakes]
         lines.append(f"points: {points} of {capstone.MAX_POINTS}")
         return Verdict(points, "\n".join(lines))
+
+    def unmeasured(self) -> Verdict:
+        """Could not measure: the points decided without timing, the speed points left to the instructor."""
+        capstone = self.capstone
+        points = capstone.CORRECTNESS_POINTS if self.correct else 0
+        speed_max = capstone.MAX_POINTS - capstone.CORRECTNESS_POINTS
+        ratios = ", ".join(
+            f"{b / a:.1f}" for b, a in zip(self.seconds["baseline"], self.seconds["answer"], strict=True)
+        )
+        lines = [
+            *self._header(),
+            *([] if self.correct else ["correctness: not checked yet (no run could finish undisturbed)"]),
+            "speed: NOT MEASURED: other work on this machine kept taking the CPU of the timed runs, so the grader "
+            f"could not measure your speed; your instructor decides these {speed_max} points",
+            *self._disturbances(),
+            f"undisturbed rounds so far: {len(self.seconds['answer'])}" + (f" (speedups {ratios})" if ratios else ""),
+            f"points so far: {points} of {capstone.MAX_POINTS}; the other {capstone.MAX_POINTS - points} are left "
+            "to your instructor",
+        ]
+        return Verdict(points, "\n".join(lines), needs_manual_grade=True)
 
 
 def _answer_failed(error: RoundError, when: str) -> AssertionError:
@@ -154,5 +256,15 @@ def _answer_failed(error: RoundError, when: str) -> AssertionError:
 def referee(rounds: Rounds) -> Verdict:
     """Correctness first (2 points), then the speedup over ``slow_train`` in tiers (up to 8)."""
     measurement = _Referee(rounds)
-    measurement.run()
+    try:
+        measurement.run()
+    except _Unmeasurable:
+        return measurement.unmeasured()
+    except _OutOfTime:
+        rounds_done = len(measurement.seconds["answer"])
+        if rounds_done:
+            return measurement.verdict(f"(the measurement's time budget ran out after {rounds_done} rounds)")
+        if measurement.disturbed:
+            return measurement.unmeasured()
+        raise AssertionError("the measurement used up its time budget before a round was done") from None
     return measurement.verdict()

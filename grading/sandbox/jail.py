@@ -10,15 +10,24 @@ machine allows, so it runs as root of fresh network, mount and PID namespaces; i
    ``userns`` level the kernel runs as you, and could otherwise plant a ``.pth`` file that
    every later Python process of yours would run), hides the course directories
    (gradebook, ``source/``, submissions) under empty read-only tmpfs mounts, gives
-   ``/var/tmp``, ``/dev/shm`` and ``/run/lock`` small private tmpfs, and brings up the
-   loopback interface of its own network namespace (nothing else);
+   ``/var/tmp``, ``/dev/shm`` and ``/run/lock`` small private tmpfs, ``/dev/pts`` a private
+   instance (a pseudo-terminal a kernel opens is no channel to another job's) and
+   ``/dev/mqueue`` its own IPC namespace's queues, caps that namespace's System V IPC
+   (``_ipc_limits``: its objects vanish with the namespace, and meanwhile their memory is
+   bounded), and brings up the loopback interface of its own network namespace (nothing else);
 2. hands the kernel's connection file (if any) and working directory to the grading user;
-3. sets resource limits (address space, processes, file size, CPU time, no core dumps);
-4. with ``cpu`` set (timed rounds of a measured test), pins the process to that CPU and
-   installs a seccomp filter that refuses ``sched_setaffinity``, so neither it nor any
-   thread or process it starts can use another core (``_pin``);
-5. drops to the grading user (when root), forbids gaining privileges (``no_new_privs``),
-   asks to be killed with its parent, and execs the command with a clean environment.
+3. sets resource limits (address space, processes, file size, CPU time, no core dumps),
+   and with ``realtime`` set (timed rounds on a CPU the measurement holds) the round-robin
+   real-time policy, which every thread and child inherits;
+4. drops to the grading user (when root), forbids gaining privileges (``no_new_privs``),
+   asks to be killed with its parent, and installs a seccomp filter (``_seccomp``) that
+   refuses the kernel keyring's calls (``add_key``, ``request_key``, ``keyctl``): keys are
+   kept per user id, not per namespace, so a key would outlive the kernel and reach the next
+   job run as the same grading user (Docker's default profile refuses them for the same
+   reason). With ``cpu`` set (timed rounds of a measured test), it first pins the process
+   to that CPU, and the filter refuses ``sched_setaffinity`` too, so neither it nor any
+   thread or process it starts can use another core;
+5. execs the command with a clean environment.
 
 Any step that the machine does not allow is skipped only if the config says so; otherwise
 the jail exits with status 97 and a message on stderr, so a missing protection is never
@@ -106,18 +115,20 @@ def _read_only(libc: ctypes.CDLL, paths: list[str]) -> None:
             raise OSError(errno, f"make {path} read-only: {os.strerror(errno)}")
 
 
-# seccomp: the audit architecture and the number of sched_setaffinity, per machine
-_SECCOMP_ARCH = {"x86_64": (0xC000003E, 203), "aarch64": (0xC00000B7, 122)}
+# seccomp: the audit architecture and the numbers of the calls refused, per machine
+_SECCOMP_ARCH = {"x86_64": 0xC000003E, "aarch64": 0xC00000B7}
+_KEYRING_CALLS = {"x86_64": (248, 249, 250), "aarch64": (217, 218, 219)}  # add_key, request_key, keyctl
+_SCHED_SETAFFINITY = {"x86_64": 203, "aarch64": 122}
 
 
-def _pin(libc: ctypes.CDLL, cpu: int) -> None:
-    """Run on ``cpu`` only, for good: ``sched_setaffinity`` fails with EPERM from now on, here and in every child.
+def _seccomp(libc: ctypes.CDLL, refused: list[int]) -> None:
+    """Make the system calls numbered ``refused`` fail with EPERM, here and in every thread and child, for good.
 
     A seccomp filter is inherited by every thread and process and cannot be removed; it
-    needs ``no_new_privs`` (set before) when the process is not privileged.
+    needs ``no_new_privs`` (set before) when the process is not privileged. Calls through
+    another ABI (32-bit compat, x32) would bypass the numbers: they kill the process.
     """
-    os.sched_setaffinity(0, {cpu})
-    arch, setaffinity = _SECCOMP_ARCH[platform.machine()]
+    arch = _SECCOMP_ARCH[platform.machine()]
     ld_w_abs, jeq, jge, ret = 0x20, 0x15, 0x35, 0x06
     allow, eperm, kill = 0x7FFF0000, 0x00050000 | 1, 0x80000000
     program = [
@@ -125,11 +136,12 @@ def _pin(libc: ctypes.CDLL, cpu: int) -> None:
         (jeq, 1, 0, arch),
         (ret, 0, 0, kill),  # another ABI (32-bit compat): not allowed here
         (ld_w_abs, 0, 0, 0),  # A = seccomp_data.nr
-        (jge, 2, 0, 0x40000000),  # x32 ABI numbers: refused
-        (jeq, 1, 0, setaffinity),
-        (ret, 0, 0, allow),
-        (ret, 0, 0, eperm),
     ]
+    checks = [0x40000000, *refused]  # x32 ABI numbers first (A >= 0x40000000), then each refused call
+    for index, number in enumerate(checks):
+        to_eperm = len(checks) - index  # past the remaining checks and the "allow"
+        program.append((jge if index == 0 else jeq, to_eperm, 0, number))
+    program += [(ret, 0, 0, allow), (ret, 0, 0, eperm)]
     filters = b"".join(struct.pack("HBBI", *instruction) for instruction in program)
     buffer = ctypes.create_string_buffer(filters)
     fprog = struct.pack("HxxxxxxP" if struct.calcsize("P") == 8 else "HxxP", len(program), ctypes.addressof(buffer))
@@ -138,6 +150,26 @@ def _pin(libc: ctypes.CDLL, cpu: int) -> None:
     if libc.prctl(_PR_SET_SECCOMP, _SECCOMP_MODE_FILTER, address, 0, 0) != 0:
         errno = ctypes.get_errno()
         raise OSError(errno, f"seccomp filter: {os.strerror(errno)}")
+
+
+def _ipc_limits(limits: dict[str, int]) -> None:
+    """Set this IPC namespace's System V limits (``/proc/sys/kernel/NAME``; the namespace is new, so ours only)."""
+    for name, value in limits.items():
+        with open(f"/proc/sys/kernel/{name}", "w", encoding="ascii") as sysctl:
+            sysctl.write(str(value))
+
+
+def _private_devices(libc: ctypes.CDLL) -> None:
+    """A devpts instance of its own on /dev/pts, and this IPC namespace's message queues on /dev/mqueue."""
+    noexec = 8
+    mounts = [
+        (b"devpts", "/dev/pts", _MS_NOSUID | noexec, b"newinstance,ptmxmode=0666,mode=0620"),
+        (b"mqueue", "/dev/mqueue", _MS_NOSUID | _MS_NODEV | noexec, None),
+    ]
+    for kind, target, flags, options in mounts:
+        if os.path.isdir(target) and libc.mount(kind, target.encode(), kind, flags, options) != 0:
+            errno = ctypes.get_errno()
+            raise OSError(errno, f"mount {kind.decode()} on {target}: {os.strerror(errno)}")
 
 
 def _loopback_up() -> None:
@@ -176,6 +208,8 @@ def main(argv: list[str]) -> None:
             for path in ("/var/tmp", "/dev/shm", "/run/lock"):
                 if os.path.isdir(path):
                     _mount_tmpfs(libc, path, "size=16m,mode=1777")
+            _private_devices(libc)
+            _ipc_limits(config.get("ipc") or {})
             _loopback_up()
         except OSError as error:
             _fail(str(error))
@@ -201,6 +235,11 @@ def main(argv: list[str]) -> None:
             resource.setrlimit(kind, (value, hard))
         except (ValueError, OSError) as error:
             _fail(f"cannot set limit {kind}: {error}")
+    if config.get("realtime"):
+        try:
+            os.sched_setscheduler(0, os.SCHED_RR, os.sched_param(config["realtime"]))
+        except OSError as error:
+            _fail(f"cannot run at real-time priority {config['realtime']}: {error}")
 
     if uid is not None:
         try:
@@ -213,11 +252,21 @@ def main(argv: list[str]) -> None:
     libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
     if libc.prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
         _fail("cannot set no_new_privs")
+    machine = platform.machine()
+    refused = list(_KEYRING_CALLS.get(machine, ()))
     if config.get("cpu") is not None:
         try:
-            _pin(libc, config["cpu"])
-        except (OSError, KeyError) as error:
+            os.sched_setaffinity(0, {config["cpu"]})
+        except OSError as error:
             _fail(f"cannot pin the process to CPU {config['cpu']}: {error}")
+        refused.append(_SCHED_SETAFFINITY.get(machine, -1))
+    if machine in _SECCOMP_ARCH:
+        try:
+            _seccomp(libc, refused)
+        except OSError as error:
+            _fail(str(error))
+    elif config.get("cpu") is not None:
+        _fail(f"cannot keep the process on CPU {config['cpu']}: no seccomp filter for {machine}")
 
     os.chdir(config["workdir"])
     os.execve(kernel[0], kernel, config["env"])

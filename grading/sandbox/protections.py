@@ -6,9 +6,11 @@ so instead of pretending. Three levels:
 
 * ``root`` (running as root, ``unshare`` works): every kernel gets its own network
   namespace (no network at all), mount namespace (course files hidden, private tmp), PID
-  namespace (every process it starts dies with it) and runs as a grading user of its own
-  (uid ``GRADING_UID_BASE + slot``) that owns nothing; each worker's ``/tmp`` is a
-  size-limited tmpfs, the only place the kernel can write;
+  namespace (every process it starts dies with it), IPC namespace (System V objects and
+  POSIX message queues are its own and vanish with it) and runs as a grading user of its
+  own (uid ``GRADING_UID_BASE + slot``) that owns nothing; each worker's ``/tmp`` is a
+  size-limited tmpfs, the only place the kernel can write; with cgroup v1, measured tests
+  get a CPU no other job can use (``sandbox.cpus``);
 * ``userns`` (unprivileged user namespaces): the same namespaces, but the kernel keeps your
   user id, so files you own outside the hidden course directories stay writable, and there
   is no disk quota beyond the per-file size limit;
@@ -31,6 +33,8 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from grading.sandbox.cpus import REALTIME_PRIORITY, CpuIsolation, isolation
+
 __all__ = [
     "GRADING_UID_BASE",
     "Limits",
@@ -49,9 +53,16 @@ GRADING_SLOTS = 1000  # grading users 61000..61999
 FIRST_LEASED_SLOT = 16  # 61000..61015 were used unleased by earlier versions of this tool: never share them
 SLOT_LOCKS = Path("/run/course-grading")  # root-owned: only the root level hands out grading users
 JAIL_SCRIPT = Path(__file__).with_name("jail.py")
-_NAMESPACES = ["--net", "--mount", "--pid", "--fork", "--kill-child", "--mount-proc"]
+_NAMESPACES = ["--net", "--mount", "--pid", "--ipc", "--fork", "--kill-child", "--mount-proc"]
 GiB = 1 << 30
 MiB = 1 << 20
+SYSV_SHM_BYTES = 64 * MiB  # System V shared memory a kernel's IPC namespace may hold in all (as much as /dev/shm)
+IPC_LIMITS = {  # /proc/sys/kernel/NAME in each kernel's own IPC namespace
+    "shmmax": SYSV_SHM_BYTES,
+    "shmall": SYSV_SHM_BYTES // (os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096),
+    "shmmni": 64,
+    "msgmni": 64,  # message queues (each at most msgmnb, 16 KiB by default)
+}
 
 
 @dataclass(frozen=True)
@@ -79,6 +90,7 @@ class Protections:
 
     level: str  # "root" | "userns" | "none"
     notes: tuple[str, ...] = field(default=())
+    cpu: CpuIsolation | None = None  # what a measured test gets here (None: not probed)
 
     @property
     def namespaces(self) -> bool:
@@ -92,6 +104,8 @@ class Protections:
                 "no network isolation: submissions can open network connections",
                 "course files not hidden: submissions can read the gradebook, source/ and other submissions",
                 "no PID namespace: processes a submission leaves behind are killed by process group only",
+                "no IPC namespace: System V shared memory, semaphores and message queues a kernel creates "
+                "outlive it and are shared with every other job",
             ]
         if self.level != "root":
             gaps += [
@@ -99,6 +113,8 @@ class Protections:
                 + (" outside the hidden course directories" if self.namespaces else ""),
                 "no disk quota: only the per-file size limit bounds what a submission writes",
             ]
+        if self.cpu is not None:
+            gaps += self.cpu.missing()
         return gaps
 
     def describe(self) -> str:
@@ -134,9 +150,9 @@ def detect(level: str = "auto") -> Protections:
         else:
             probe = [unshare, "--map-root-user", *_NAMESPACES, "true"]
         if _works(probe):
-            return Protections(candidate, tuple(notes))
+            return Protections(candidate, tuple(notes), isolation(candidate))
         notes.append(f"{candidate}-level isolation was tried and is not permitted here")
-    return Protections("none", tuple(notes))
+    return Protections("none", tuple(notes), isolation("none"))
 
 
 class SlotLease:
@@ -258,12 +274,14 @@ def jail_argv(
     hide: list[Path],
     slot: int,
     cpu: int | None = None,
+    realtime: bool = False,
     env: dict[str, str] | None = None,
 ) -> list[str]:
     """The command prefix that starts a kernel inside the jail (the kernel argv follows ``--``).
 
     ``cpu`` pins the process and everything it starts to one CPU for good (timed rounds of a
-    measured test); ``env`` adds to ``kernel_env``.
+    measured test); ``realtime`` runs it at round-robin real-time priority (rounds on a CPU
+    the measurement holds, root level only); ``env`` adds to ``kernel_env``.
     """
     root = protections.level == "root"
     config = {
@@ -275,6 +293,8 @@ def jail_argv(
         "workdir": str(workdir),
         "connection_file": str(connection_file) if connection_file else None,
         "cpu": cpu,
+        "realtime": REALTIME_PRIORITY if realtime and root else 0,
+        "ipc": IPC_LIMITS if protections.namespaces else None,
         "memory_bytes": limits.memory_bytes,
         "file_bytes": limits.file_bytes,
         # a backstop only: the notebook deadline is enforced from outside

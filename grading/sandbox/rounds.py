@@ -1,9 +1,10 @@
 """Timed rounds of a measured test: fresh jailed processes, timed by the grader's own clock.
 
 Contract, grader side: ``RoundProcess.start(...)`` starts ``python -I -m
-grading.sandbox.rounds`` in a fresh jail (own PID, mount and network namespaces, a fresh
-working directory, the environment the grader sets, pinned to one CPU with
-``sched_setaffinity`` refused) and sends it its setup, a JSON object whose ``entry``
+grading.sandbox.rounds`` in a fresh jail (own PID, mount, IPC and network namespaces, a
+fresh working directory, the environment the grader sets, pinned to the measurement's CPU
+with ``sched_setaffinity`` refused, at real-time priority where the measurement holds that
+CPU: ``grading.sandbox.cpus``) and sends it its setup, a JSON object whose ``entry``
 (``module:function``, importable inside the sandbox) the process calls with a
 ``Channel``. ``wait_ready`` waits until the entry says it is ready (after its warm-up);
 ``round(spec)`` sends one round's inputs and measures, with this process's clock, the
@@ -12,6 +13,12 @@ so a result must be computed and serialised before it counts. ``close()`` kills 
 process, and with it every process it started (its PID namespace), and removes its
 working directory. Nothing the process does can reach the clock, the other side's
 processes or the code that scores the result: those run in this process.
+
+Every wait is also accounted on the measured CPU (``cpus.Ledger``): a timed round during
+which other work took a substantial share of that CPU from the process raises
+``Disturbed`` (carrying its time and result), and so does a wait that ran out of time while
+other work had the CPU. ``Disturbed`` is the machine's doing, never the learner's: measure
+again, or leave the grade to a person. ``RoundError`` is the process's own failure.
 
 Child side (``main``): the process keeps a private copy of the pipe to the grader and
 points its own stdout at stderr (the log), so that a ``print`` cannot corrupt the
@@ -37,14 +44,15 @@ import sys
 import tempfile
 import time
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, BinaryIO, TextIO
 
+from grading.sandbox.cpus import REALTIME_PRIORITY, Disturbance, Ledger, Reservation
 from grading.sandbox.protections import GRADING_UID_BASE, Limits, Protections, jail_argv, parent_death_signal
 
-__all__ = ["Channel", "Message", "RoundError", "RoundProcess", "echo", "main", "starter"]
+__all__ = ["Channel", "Disturbed", "Message", "RoundError", "RoundProcess", "echo", "main", "starter"]
 
 MAX_HEADER = 1 << 20  # bytes of a message's JSON header at most
 MAX_ARRAYS = 64 << 20  # bytes of a message's arrays at most
@@ -53,9 +61,22 @@ MAX_ARRAYS = 64 << 20  # bytes of a message's arrays at most
 class RoundError(Exception):
     """A timed-round process failed: it raised, broke the protocol, ran out of time or died."""
 
-    def __init__(self, message: str, details: str = "") -> None:
+    def __init__(self, message: str, details: str = "", *, timeout: bool = False) -> None:
         super().__init__(message)
         self.details = details  # the traceback the process sent, if any
+        self.timeout = timeout  # it ran out of time (on a CPU no other work disturbed)
+
+
+class Disturbed(Exception):
+    """Other work took the measured CPU from a round process: its time is not its own (a grader problem)."""
+
+    def __init__(
+        self, message: str, disturbance: Disturbance, seconds: float | None = None, result: Message | None = None
+    ) -> None:
+        super().__init__(message)
+        self.disturbance = disturbance
+        self.seconds = seconds  # the round's time when it finished anyway, else None
+        self.result = result  # its result then (still fit for checking), else None
 
 
 @dataclass
@@ -143,11 +164,14 @@ def echo(channel: Channel, setup: dict[str, Any]) -> None:
 class RoundProcess:
     """One fresh jailed process running a measured test's entry (see the module docstring)."""
 
-    def __init__(self, process: subprocess.Popen, workdir: Path, log: Path) -> None:
+    def __init__(self, process: subprocess.Popen, workdir: Path, log: Path, reservation: Reservation) -> None:
         self._process = process
         self._workdir = workdir
         self._log = log
         self._buffer = b""
+        self._ledger = Ledger(reservation, lambda: [process.pid])
+        self._realtime = reservation.realtime
+        self.disturbance: Disturbance | None = None  # the last round's account of its CPU
 
     @classmethod
     def start(
@@ -158,11 +182,11 @@ class RoundProcess:
         limits: Limits,
         hide: list[Path],
         slot: int,
-        cpu: int | None,
+        reservation: Reservation,
         base: Path,
         env: dict[str, str] | None = None,
     ) -> RoundProcess:
-        """Start the process in a fresh working directory under ``base`` and send it ``setup``."""
+        """Start the process on ``reservation``'s CPU in a fresh working directory under ``base``; send ``setup``."""
         workdir = Path(tempfile.mkdtemp(prefix="round-", dir=base))
         workdir.chmod(0o700)
         uid = GRADING_UID_BASE + slot if protections.level == "root" else None
@@ -170,7 +194,15 @@ class RoundProcess:
             os.chown(workdir, uid, uid)
         log = workdir.with_suffix(".log")
         argv = jail_argv(
-            protections, limits, workdir=workdir, connection_file=None, hide=hide, slot=slot, cpu=cpu, env=env
+            protections,
+            limits,
+            workdir=workdir,
+            connection_file=None,
+            hide=hide,
+            slot=slot,
+            cpu=reservation.cpu,
+            realtime=reservation.realtime,
+            env=env,
         )
         with open(log, "wb") as stderr:
             process = subprocess.Popen(
@@ -182,7 +214,7 @@ class RoundProcess:
                 preexec_fn=parent_death_signal(),
                 start_new_session=True,  # without namespaces, close() kills the process group
             )
-        self = cls(process, workdir, log)
+        self = cls(process, workdir, log, reservation)
         self._write(setup)
         return self
 
@@ -243,29 +275,70 @@ class RoundProcess:
             raise RoundError(str(header.get("message", "the process failed")), str(header.get("details", "")))
         return message
 
+    @contextlib.contextmanager
+    def _waiting(self) -> Iterator[None]:
+        """While this thread waits on a real-time round process: one real-time priority above it.
+
+        It shares the process's CPU; at normal priority it would be preempted as soon as it
+        sends a task, and wait (runnable) on that CPU until the process blocks, where the
+        kernel's fair-server would then run ordinary tasks beside the round. Above it, it
+        reaches ``select`` first, and takes the reply the moment it is written.
+        """
+        if not self._realtime:
+            yield
+            return
+        policy, param = os.sched_getscheduler(0), os.sched_getparam(0)
+        os.sched_setscheduler(0, os.SCHED_RR, os.sched_param(REALTIME_PRIORITY + 1))
+        try:
+            yield
+        finally:
+            os.sched_setscheduler(0, policy, param)
+
     def wait_ready(self, timeout: float) -> dict[str, Any]:
         """Wait for the entry's ``ready`` (its warm-up done); returns what it said."""
+        before = self._ledger.sample()
         try:
-            message = self._message(time.perf_counter() + timeout)
+            with self._waiting():
+                message = self._message(time.perf_counter() + timeout)
         except TimeoutError as error:
-            raise RoundError(f"the process was not ready within {timeout:.0f} s (loading and warming up)") from error
+            self._blame(before, f"the process was not ready within {timeout:.0f} s")
+            raise RoundError(
+                f"the process was not ready within {timeout:.0f} s (loading and warming up)", timeout=True
+            ) from error
         if message.header.get("kind") != "ready":
             raise RoundError("the process broke the protocol (a result before it was ready)")
         return message.header
 
-    def round(self, spec: dict[str, Any], timeout: float) -> tuple[float, Message]:
-        """Send ``spec`` and time the reply: ``(seconds, message)``, seconds by this process's clock."""
-        start = time.perf_counter()  # the clock runs from before the task is sent
-        deadline = start + timeout
-        self._write(spec)
+    def round(self, spec: dict[str, Any], timeout: float, *, timed: bool = True) -> tuple[float, Message]:
+        """Send ``spec`` and time the reply: ``(seconds, message)``, seconds by this process's clock.
+
+        Less the time other work had the process's CPU when the kernel accounted it exactly
+        (``cpus.Disturbance.correction``). A ``timed`` round (one whose time counts) raises
+        ``Disturbed`` when other work took more than that can fairly correct; any round does
+        when it ran out of time while other work had a noticeable share of its CPU.
+        """
+        before = self._ledger.sample()
         try:
-            message = self._message(deadline)
+            with self._waiting():
+                start = time.perf_counter()  # the clock runs from before the task is sent
+                self._write(spec)
+                message = self._message(start + timeout)
+                seconds = time.perf_counter() - start
         except TimeoutError as error:
-            raise RoundError(f"no result within {timeout:.0f} s") from error
-        seconds = time.perf_counter() - start
+            self._blame(before, f"no result within {timeout:.0f} s")
+            raise RoundError(f"no result within {timeout:.0f} s", timeout=True) from error
         if message.header.get("kind") != "result":
             raise RoundError("the process broke the protocol (a second 'ready')")
-        return seconds, message
+        self.disturbance = self._ledger.between(before, self._ledger.sample())
+        if timed and self.disturbance.substantial():
+            raise Disturbed(f"a timed run was disturbed: {self.disturbance}", self.disturbance, seconds, message)
+        return seconds - self.disturbance.correction, message
+
+    def _blame(self, before: Any, what: str) -> None:
+        """A wait ran out of time: ``Disturbed`` if other work had a noticeable share of the CPU meanwhile."""
+        disturbance = self._ledger.between(before, self._ledger.sample())
+        if disturbance.noticeable():
+            raise Disturbed(f"{what} while {disturbance}", disturbance)
 
     def _why(self) -> str:
         """The last lines of the process's log (its traceback, or the jail's message)."""
@@ -293,16 +366,23 @@ class RoundProcess:
 
 
 def starter(
-    protections: Protections, limits: Limits, hide: list[Path], slot: int, base: Path
+    protections: Protections,
+    limits: Limits,
+    hide: list[Path],
+    slot: int,
+    base: Path,
+    reservation: Reservation | None = None,
 ) -> Callable[[dict[str, Any], str], RoundProcess]:
     """``start(setup, side)`` for ``grading.measure.Rounds``: round processes of one measurement.
 
-    Every process runs on the same CPU (the slot's, among those this process may use) with one
-    OpenMP/MKL thread; each side ("baseline", "answer") keeps its own compile cache directory
-    under ``base`` from one of its processes to the next.
+    Every process runs on the same CPU, ``reservation``'s (``cpus.reserve``; without one, the
+    slot's among those this process may use, not held), with one OpenMP/MKL thread; each
+    side ("baseline", "answer") keeps its own compile cache directory under ``base`` from
+    one of its processes to the next.
     """
-    cpus = sorted(os.sched_getaffinity(0))
-    cpu = cpus[slot % len(cpus)]
+    if reservation is None:
+        cpus = sorted(os.sched_getaffinity(0))
+        reservation = Reservation(cpus[slot % len(cpus)])
     uid = GRADING_UID_BASE + slot if protections.level == "root" else None
     caches: dict[str, Path] = {}
 
@@ -313,7 +393,14 @@ def starter(
                 os.chown(caches[side], uid, uid)
         env = {"TORCHINDUCTOR_CACHE_DIR": str(caches[side]), "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
         return RoundProcess.start(
-            setup, protections=protections, limits=limits, hide=hide, slot=slot, cpu=cpu, base=base, env=env
+            setup,
+            protections=protections,
+            limits=limits,
+            hide=hide,
+            slot=slot,
+            reservation=reservation,
+            base=base,
+            env=env,
         )
 
     return start

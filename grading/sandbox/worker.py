@@ -9,9 +9,11 @@ symbolic links left out), as nbgrader runs a notebook beside them. A result is a
 with the executed notebook, the notes and the seconds taken; a worker that dies mid-job
 is replaced and the job reported as a grader error, never lost. At the root level each
 worker runs its kernels as a grading user of its own, leased for the pool's life
-(``sandbox.SlotLease``), so concurrent gradings never kill each other's kernels. Workers
-talk JSON lines over their stdin/stdout (``python -I -m grading.sandbox.worker``); they
-start without importing torch.
+(``sandbox.SlotLease``), so concurrent gradings never kill each other's kernels, and in a
+cpuset cgroup of that user's (``sandbox.cpus``) that loses every CPU a measured test holds
+meanwhile, in this run or any other. A measured test waits for a CPU of its own (the wait is
+not part of its time budget). Workers talk JSON lines over their stdin/stdout (``python -I
+-m grading.sandbox.worker``); they start without importing torch.
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from grading.guard import TOKEN_FILE
+from grading.sandbox.cpus import join_job, leave_jobs, reserve
 from grading.sandbox.protections import (
     GRADING_UID_BASE,
     Limits,
@@ -200,6 +203,7 @@ def run_job(job: dict) -> dict:
     protections = Protections(job["level"])
     if protections.level == "root":
         adopt_orphans()
+        join_job(protections.level, GRADING_UID_BASE + job["slot"])  # and every kernel it starts
     notes: list[str] = []
     files = _open_folder(job.get("files"), unmount_tmp=job.get("private_tmp", False))
     private = job.get("private_tmp", False) and _mount_private_tmp(limits.disk_bytes)
@@ -271,29 +275,41 @@ def _grade_id(cell) -> str | None:
 def _measure(
     nb, measured: list[dict], job: dict, limits: Limits, protections: Protections, base: Path, notes: list[str]
 ) -> None:
-    """Decide each measured test outside the kernel (``grading.measure``); every one gets outputs."""
-    from grading.measure import Rounds, answers_of, apply_verdict, run_referee
+    """Decide each measured test outside the kernel (``grading.measure``); every one gets outputs.
+
+    The rounds run on a CPU this measurement holds (``cpus.reserve``): the wait for one is
+    not charged to the time budget, which starts once it is held.
+    """
+    from grading.measure import Rounds, Verdict, answers_of, apply_verdict, run_referee
     from grading.sandbox.execute import GRADER_PROBLEM
     from grading.sandbox.rounds import starter
     from grading.sanitize import is_test
 
-    start = starter(protections, limits, [Path(p) for p in job["hide"]], job["slot"], base)
-    deadline = time.monotonic() + limits.measure_timeout
     cells = {_grade_id(cell): cell for cell in nb.cells if is_test(cell)}
-    for spec in measured:
-        cell = cells.get(spec["grade_id"])
-        if cell is None:
-            continue
-        try:
-            if spec.get("source") is None:
-                raise FileNotFoundError(f"{spec['referee']}.py is not beside the course's nbgrader_config.py")
-            outcome = run_referee(spec, Rounds(answers_of(nb, spec["answers"]), start, deadline))
-        except Exception as error:  # the referee's own failure: the learner gains no points from it
-            outcome = AssertionError(
-                f"{GRADER_PROBLEM}: the referee of this test failed ({type(error).__name__}: {error})"
-            )
-            notes.append(f"{GRADER_PROBLEM}: measuring `{spec['grade_id']}` failed ({type(error).__name__}: {error}).")
-        apply_verdict(cell, outcome)
+    uid = GRADING_UID_BASE + job["slot"] if protections.level == "root" else None
+    with reserve(protections.level, job["slot"], uid, wait=limits.measure_timeout * 3) as reservation:
+        start = starter(protections, limits, [Path(p) for p in job["hide"]], job["slot"], base, reservation)
+        deadline = time.monotonic() + limits.measure_timeout
+        for spec in measured:
+            cell = cells.get(spec["grade_id"])
+            if cell is None:
+                continue
+            try:
+                if spec.get("source") is None:
+                    raise FileNotFoundError(f"{spec['referee']}.py is not beside the course's nbgrader_config.py")
+                rounds = Rounds(answers_of(nb, spec["answers"]), start, deadline, reservation.describe())
+                outcome = run_referee(spec, rounds)
+            except Exception as error:  # the referee's own failure: the learner gains no points from it
+                why = f"{type(error).__name__}: {error}"
+                outcome = AssertionError(f"{GRADER_PROBLEM}: the referee of this test failed ({why})")
+                notes.append(f"{GRADER_PROBLEM}: measuring `{spec['grade_id']}` failed ({why}).")
+            if isinstance(outcome, Verdict) and outcome.needs_manual_grade:
+                notes.append(
+                    f"{GRADER_PROBLEM}: `{spec['grade_id']}` could not be measured (other work kept taking the "
+                    f"measured CPU); it keeps the {outcome.points:g} points decided without timing and is "
+                    "flagged for manual grading (its output says what was measured)."
+                )
+            apply_verdict(cell, outcome)
 
 
 def serve() -> None:
@@ -370,6 +386,7 @@ class WorkerPool:
             self._todo.put(self._DONE)
         for thread in self._threads:
             thread.join()
+        leave_jobs(self.protections.level, self.uids)  # the workers are gone: their CPU cgroups go too
         if self._lease is not None:
             self._lease.release()
         self._log.close()

@@ -1,0 +1,228 @@
+"""A measured test owns its CPU: no other job can run there, and whatever still does is accounted.
+
+Real processes throughout: a pretend grading worker that joins its job's cgroup and drops to
+its grading user (as ``grading.sandbox.worker`` does before it starts a kernel), a held CPU
+(``cpus.reserve``), round processes in the jail, and an outside process that burns CPU on the
+measured CPU as another user's work would. The slow end-to-end attacks (collusion, sabotage,
+another grading run's load) are in ``tests/test_grading_cpu_attacks.py``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import shlex
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import pytest
+
+from grading.sandbox import cpus
+from grading.sandbox.protections import GRADING_UID_BASE, Limits, Protections, SlotLease, detect
+from grading.sandbox.rounds import Disturbed, RoundError, starter
+
+PROTECTIONS = detect()
+ISOLATION = cpus.isolation(PROTECTIONS.level)
+ECHO = "grading.sandbox.rounds:echo"
+needs_cpuset = pytest.mark.skipif(ISOLATION.cpuset is None, reason="no cgroup v1 cpuset here (or not root)")
+needs_pressure = pytest.mark.skipif(
+    ISOLATION.pressure is None or ISOLATION.cpuset is None, reason="no cgroup v2 pressure or no cpuset here"
+)
+
+
+def test_what_a_measurement_lacks_is_named():
+    gaps = cpus.CpuIsolation().missing()
+    assert len(gaps) == 3
+    assert any("no CPU of its own" in gap for gap in gaps) and any("normal priority" in gap for gap in gaps)
+    everything = cpus.CpuIsolation(Path("/cpuset"), Path("/cpuacct"), Path("/unified"), realtime=True)
+    assert Protections("root", cpu=everything).missing() == []
+    assert "no CPU of its own" in Protections("root", cpu=cpus.CpuIsolation()).describe()
+
+
+def test_cpu_lists_are_read_as_the_kernel_writes_them():
+    assert cpus.parse_cpus("0-2,5,7-8\n") == {0, 1, 2, 5, 7, 8}
+    assert cpus.parse_cpus("") == set()
+
+
+# A grading worker's stand-in: joins job-<uid> as root, drops to the grading user (as a kernel
+# runs), then answers each "look" line with its CPUs, which CPUs it can pin itself to, and
+# whether it can leave its cgroup.
+JOB = """
+import json, os, sys
+from grading.sandbox import cpus
+uid = int(sys.argv[1])
+assert cpus.join_job("root", uid)
+os.setgid(uid)
+os.setuid(uid)
+every = sorted(cpus.parse_cpus(open(f"{sys.argv[2]}/cpuset.cpus").read()))
+for line in sys.stdin:
+    pin = {}
+    for cpu in every:
+        try:
+            os.sched_setaffinity(0, {cpu})
+            pin[cpu] = True
+        except OSError:
+            pin[cpu] = False
+    os.sched_setaffinity(0, every)
+    try:
+        with open(f"{sys.argv[2]}/cgroup.procs", "w") as procs:
+            procs.write(str(os.getpid()))
+        escape = "left its cgroup"
+    except OSError as error:
+        escape = error.strerror
+    print(json.dumps({"cpus": sorted(os.sched_getaffinity(0)), "pin": pin, "escape": escape}), flush=True)
+"""
+
+
+def _look(job: subprocess.Popen) -> dict:
+    assert job.stdin is not None and job.stdout is not None
+    job.stdin.write("look\n")
+    job.stdin.flush()
+    return json.loads(job.stdout.readline())
+
+
+@needs_cpuset
+def test_a_held_cpu_is_out_of_every_other_jobs_reach():
+    lease = SlotLease(3, root=True)
+    measuring, other, third = (GRADING_UID_BASE + slot for slot in lease.slots)
+    assert ISOLATION.cpuset is not None
+    every = sorted(cpus.parse_cpus((ISOLATION.cpuset / "cpuset.effective_cpus").read_text()))
+    job = subprocess.Popen(
+        [sys.executable, "-c", JOB, str(other), str(ISOLATION.cpuset)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        before = _look(job)
+        assert before["escape"] == "Permission denied"  # a grading user cannot leave its job's cgroup
+        with cpus.reserve(PROTECTIONS.level, lease.slots[0], measuring, wait=600) as held:
+            assert held.held and held.realtime
+            during = _look(job)
+            assert held.cpu not in during["cpus"] and not during["pin"][str(held.cpu)]
+            assert during["escape"] == "Permission denied"
+            if len(every) == 2:  # a second measurement would leave no CPU to the rest: it does not get one
+                with cpus.reserve(PROTECTIONS.level, lease.slots[2], third, wait=0.5) as second:
+                    assert not second.held and not second.realtime
+        after = _look(job)
+        assert held.cpu in after["cpus"] and after["pin"][str(held.cpu)]  # given back when the measurement ends
+    finally:
+        job.kill()
+        job.wait()
+        cpus.leave_jobs(PROTECTIONS.level, [measuring, other, third])
+        lease.release()
+
+
+BURN = "import sys, time\nend = time.monotonic() + float(sys.argv[1])\nwhile time.monotonic() < end:\n    pass\n"
+
+
+def _burn(seconds: float, cpu: int | None = None) -> list[str]:
+    pin = f"import os; os.sched_setaffinity(0, {{{cpu}}})\n" if cpu is not None else ""
+    return [sys.executable, "-c", pin + BURN, str(seconds)]
+
+
+def _pressure(group: Path) -> dict[str, float]:
+    """Seconds of CPU pressure of a cgroup v2 group: ``some`` (a task waited) and ``full`` (all waited)."""
+    lines = (group / "cpu.pressure").read_text().splitlines()
+    return {line.split()[0]: int(line.rsplit("total=", 1)[1]) / 1e6 for line in lines}
+
+
+@pytest.fixture
+def measurement():
+    """``(start, reservation)``: round processes of one measurement on a held CPU, as a worker has them."""
+    lease = SlotLease(1, PROTECTIONS.level == "root")
+    slot = lease.slots[0]
+    uid = GRADING_UID_BASE + slot if PROTECTIONS.level == "root" else None
+    try:
+        with (
+            tempfile.TemporaryDirectory(prefix="cpus-test-") as tmp,
+            cpus.reserve(PROTECTIONS.level, slot, uid, wait=600) as held,
+        ):
+            base = Path(tmp)
+            base.chmod(0o711)
+
+            def start(reservation: cpus.Reservation):
+                return starter(PROTECTIONS, Limits(), [], slot, base, reservation)({"entry": ECHO}, "answer")
+
+            yield start, held
+    finally:
+        lease.release()
+
+
+@needs_pressure
+def test_another_process_on_the_measured_cpu_disturbs_a_round_and_is_caught(measurement):
+    """Without real-time priority (a machine that refuses it), an outside process pinned there takes half the CPU."""
+    start, held = measurement
+    plain = dataclasses.replace(held, realtime=False)
+    intruder = subprocess.Popen(_burn(20, held.cpu))  # root, outside any job: it may use that CPU
+    try:
+        with start(plain) as process:
+            process.wait_ready(60)
+            with pytest.raises(Disturbed) as caught:
+                process.round({"run": _burn(0.6)}, timeout=60)
+            assert caught.value.seconds is not None and caught.value.result is not None  # still fit for checking
+            assert caught.value.disturbance.exact and caught.value.disturbance.share > 0.3
+            with pytest.raises(Disturbed, match="no result within 1 s while other work took"):
+                process.round({"run": _burn(3)}, timeout=1)  # out of time because of the intruder: not the learner's
+    finally:
+        intruder.kill()
+        intruder.wait()
+
+
+@needs_pressure
+def test_a_measurements_own_processes_competing_are_no_disturbance(measurement):
+    """Two busy processes of the round's own, after a sleep (others may use the idle CPU then): not disturbed."""
+    start, held = measurement
+    own = f"sleep 0.3; {shlex.join(_burn(0.4))} & {shlex.join(_burn(0.4))}; wait"
+    with start(held) as process:
+        process.wait_ready(60)
+        before = _pressure(held.pressure)
+        _, message = process.round({"run": ["sh", "-c", own], "payload": "done"}, timeout=60)
+        after = _pressure(held.pressure)
+    assert message.header["status"] == 0
+    assert after["some"] - before["some"] > 0.2  # they did wait for each other
+    assert not process.disturbance.substantial(), process.disturbance
+    assert process.disturbance.lost < 0.15 * process.disturbance.seconds, process.disturbance
+
+
+@needs_pressure
+def test_round_processes_on_a_held_cpu_run_at_real_time_priority_and_an_intruder_barely_gets_in(measurement):
+    start, held = measurement
+    policy = [sys.executable, "-c", "import os; print(os.sched_getscheduler(0) == os.SCHED_RR)"]
+    intruder = subprocess.Popen(_burn(20))  # unpinned, ordinary priority: another user's work
+    try:
+        with start(held) as process:
+            process.wait_ready(60)
+            _, message = process.round({"run": policy}, timeout=60)
+            assert message.header["output"].strip() == "True"  # and what it starts inherits it
+            seconds, _ = process.round({"run": _burn(0.5)}, timeout=60)
+    finally:
+        intruder.kill()
+        intruder.wait()
+    assert not process.disturbance.substantial(), process.disturbance
+    assert seconds == pytest.approx(process.disturbance.seconds - process.disturbance.lost, abs=0.05)
+
+
+def test_a_round_that_runs_out_of_time_alone_is_the_processes_own_failure():
+    """No other work involved (a sleep): the timeout is a RoundError (the learner's), not Disturbed."""
+    lease = SlotLease(1, PROTECTIONS.level == "root")
+    slot = lease.slots[0]
+    uid = GRADING_UID_BASE + slot if PROTECTIONS.level == "root" else None
+    try:
+        with (
+            tempfile.TemporaryDirectory(prefix="cpus-test-") as tmp,
+            cpus.reserve(PROTECTIONS.level, slot, uid, wait=600) as held,
+        ):
+            base = Path(tmp)
+            base.chmod(0o711)
+            with starter(PROTECTIONS, Limits(), [], slot, base, held)({"entry": ECHO}, "answer") as process:
+                process.wait_ready(60)
+                with pytest.raises(RoundError) as caught:
+                    process.round({"sleep": 3}, timeout=1)
+                assert caught.value.timeout
+    finally:
+        lease.release()
+    assert os.path.isdir("/proc/self")  # (the test ran where it could)
