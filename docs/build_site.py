@@ -288,6 +288,23 @@ def _forget_stale_runs(out: Path, root: Path = ROOT) -> None:
         stamp.write_text(digest.hexdigest())
 
 
+def retry_failed_runs(out: Path, src: Path) -> list[str]:
+    """Make Sphinx read (and MyST-NB run) again each notebook whose run failed last time; return their names.
+
+    A failed run is not cached and leaves a report in ``html/reports/``; but Sphinx re-reads a
+    page only when its source changed, so without this the next build would keep the failed
+    page and succeed.
+    """
+    retried = []
+    for report in sorted((out / "html" / "reports").glob("*.err.log")):
+        page = src / f"{report.name.removesuffix('.err.log')}.ipynb"
+        if page.exists():
+            page.touch()
+            retried.append(page.name)
+        report.unlink()
+    return retried
+
+
 def build(out: Path, jobs: int) -> int:
     """Prepare the sources and run Sphinx (warnings are errors); Sphinx's exit status."""
     from jupyter_cache import get_cache
@@ -295,6 +312,7 @@ def build(out: Path, jobs: int) -> int:
 
     src = prepare(out)
     _forget_stale_runs(out)
+    retry_failed_runs(out, src)
     (out / "jupyter_cache").mkdir(parents=True, exist_ok=True)
     _ = get_cache(str(out / "jupyter_cache")).db  # create the database here, not in Sphinx's parallel readers
     return build_main(["-b", "html", "-W", "--keep-going", "-j", str(jobs), str(src), str(out / "html")])

@@ -7,6 +7,7 @@ build time or when a page is viewed: the theme's assets are in the wheel and Mat
 from the ``jupyter-server-mathjax`` wheel (``_static/mathjax``, copied by the build).
 """
 
+import json
 from pathlib import Path
 
 from repo_url import repository_url
@@ -20,6 +21,13 @@ html_title = project
 extensions = ["myst_nb", "kept_runs"]
 exclude_patterns = ["_static"]
 kept_runs_data = str(SITE / "kept-runs")
+# The pages that show kept runs side by side give the right margin to those columns (course.css), not to
+# the page's table of contents: two columns of a compare table do not fit in the text's width.
+_side_by_side = sorted(
+    path.stem
+    for path in (SITE / "kept-runs").glob("*.json")
+    if json.loads(path.read_text(encoding="utf-8")).get("cells")
+)
 
 # Notebooks: run in a fresh kernel at build time, cached; a cell that raises fails the build.
 nb_execution_mode = "cache"
@@ -60,6 +68,7 @@ html_theme_options = {
     "show_navbar_depth": 1,
     "footer_content_items": [],  # no author line: the repository names its contributors
     "use_download_button": False,  # it links the page's source, which the site does not copy (html_copy_source)
+    "secondary_sidebar_items": {"**": ["page-toc.html"], **{page: [] for page in _side_by_side}},
 }
 html_static_path = ["_static"]
 html_css_files = ["course.css"]

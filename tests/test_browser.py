@@ -13,7 +13,9 @@ runs every cell from the Run menu and saves. Then:
 * the learner's lab has no nbgrader instructor tools (Nbgrader menu with Formgrader, Create
   Assignment sidebar) where the instructor's has them, and both have the Validate button;
 * the course site (`make site`, in ``build/site/html``) renders its course map and a
-  notebook page with figures and math, from local files only.
+  notebook page with figures and math, from local files only, and a notebook page that a
+  kept GPU run holds shows that run's outputs beside the build's own, side by side, each
+  column naming its machine, torch version and date.
 
 Every page leaves a screenshot in ``build/browser-test/`` (``BROWSER_TEST_SHOTS``), and
 ``summary.txt`` there lists each notebook's time in the browser. ``BROWSER_TEST_JOBS``
@@ -298,3 +300,54 @@ def test_the_course_site_renders_its_map_and_a_notebook_page_from_local_files(tm
     assert seen["solutions"], f"{seen['page']}: no folded solution ('Show the solution')"
     outside = sorted({url for url in seen["requests"] if not url.startswith((base, "data:", "blob:", "about:"))})
     assert not outside, f"the site loaded files from outside it (it must work offline): {outside}"
+
+
+# Each column of the first side-by-side output: its header, where it stands, and whether its figures loaded.
+_COLUMNS_JS = """(grid) => [...grid.children].map(column => {
+    const box = column.getBoundingClientRect();
+    return {head: (column.querySelector('.machine-name') || {}).textContent || '', x: box.x, y: box.y,
+            width: box.width, images: [...column.querySelectorAll('img')].map(i => i.complete && i.naturalWidth > 0),
+            kept: column.classList.contains('kept-run')};
+})"""
+
+
+async def _check_side_by_side(base: str, profile: Path, stem: str) -> dict:
+    seen: dict = {"requests": []}
+    async with chromium(profile) as context:
+        page = await context.new_page()
+        page.on("request", lambda request: seen["requests"].append(request.url))
+        await page.goto(f"{base}/{stem}.html", wait_until="networkidle")
+        grids = page.locator("div.outputs-by-machine")
+        seen["grids"] = await grids.count()
+        seen["note"] = await page.locator("article .admonition", has_text="Outputs per machine").count()
+        seen["toc"] = await page.locator(".bd-sidebar-secondary .page-toc").count()
+        figure = page.locator("div.outputs-by-machine:has(.kept-run img)").first
+        grid = figure if await figure.count() else grids.first
+        await grid.evaluate("element => element.scrollIntoView({block: 'center'})")
+        seen["columns"] = await grid.evaluate(_COLUMNS_JS)
+        await page.screenshot(path=str(SHOTS / f"site-{stem}-machines.png"))
+    return seen
+
+
+def test_the_site_shows_each_kept_gpu_runs_outputs_beside_the_builds_own(tmp_path):
+    import gpu_runs
+
+    assert (SITE / "index.html").exists(), f"no site in {SITE}: run `make site` first (`make browser-test` does)"
+    run = gpu_runs.kept_runs()[0]
+    stem = next(Path(name).stem for name in SOLVED if run.notebook(name[:2]) is not None)
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    with _serve(SITE) as base:
+        seen = asyncio.run(_check_side_by_side(base, tmp_path / "chromium-profile", stem))
+
+    assert seen["grids"] > 0 and seen["note"] == 1, f"{stem}: no outputs per machine ({seen['grids']} grids)"
+    assert seen["toc"] == 0, f"{stem}: the page TOC takes the margin the columns need"
+    mine, kept = seen["columns"][0], seen["columns"][1]
+    assert mine["head"].startswith("This site's build: ") and " · torch " in mine["head"] and not mine["kept"]
+    info = run.info
+    assert kept["kept"] and f"{info['gpu']} · torch {info['torch']} · {info['date']}" in kept["head"]
+    assert f"commit {info['commit']}" in kept["head"]
+    assert abs(mine["y"] - kept["y"]) < 2 and mine["x"] + mine["width"] <= kept["x"], "the columns are not side by side"
+    assert min(mine["width"], kept["width"]) > 400, f"columns too narrow to read a table: {seen['columns']}"
+    assert all(kept["images"]), f"{stem}: a kept figure did not load"
+    outside = sorted({url for url in seen["requests"] if not url.startswith((base, "data:", "blob:", "about:"))})
+    assert not outside, f"the page loaded files from outside the site (it must work offline): {outside}"

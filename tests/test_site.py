@@ -11,6 +11,7 @@ import doctest
 import html
 import importlib.util
 import json
+import os
 import re
 import shutil
 from pathlib import Path
@@ -262,3 +263,16 @@ def test_sphinx_puts_the_builds_output_and_the_kept_ones_side_by_side(tmp_path):
     this_build = grid.index("This site&#x27;s build: Test CPU · torch 9 · ")
     assert this_build < grid.index("on this CPU: 12 ms") < grid.index("Tesla T4") < grid.index("on the T4: 3 ms")
     assert page.count('class="outputs-by-machine') == 1, "only the cell a kept run printed"
+
+
+def test_a_notebook_whose_run_failed_is_run_again_by_the_next_build(tmp_path):
+    src, reports = tmp_path / "src", tmp_path / "html" / "reports"
+    src.mkdir()
+    reports.mkdir(parents=True)
+    for name in ("06_x", "07_y"):
+        (src / f"{name}.ipynb").write_text("{}")
+        os.utime(src / f"{name}.ipynb", (1_000_000, 1_000_000))
+    (reports / "06_x.err.log").write_text("CellTimeoutError")
+    assert build_site.retry_failed_runs(tmp_path, src) == ["06_x.ipynb"]
+    assert (src / "06_x.ipynb").stat().st_mtime > 1_000_000 == (src / "07_y.ipynb").stat().st_mtime
+    assert not (reports / "06_x.err.log").exists()
