@@ -152,7 +152,7 @@ def _kept_repo(tmp_path: Path) -> tuple[gpu_runs.KeptRun, nbformat.NotebookNode]
             new_code_cell("print('new code')", id="changed"),
             new_code_cell("print('a cell added since')", id="added"),
             new_code_cell("unrelated = [x ** 3 for x in range(10)]", id="removed-elsewhere"),
-            new_code_cell("def answer():\n    return 2", id="solution", metadata=solution),
+            new_code_cell("def answer(x):\n    total = x + 1\n    return total * 2", id="solution", metadata=solution),
         ]
     )
 
@@ -167,7 +167,7 @@ def _kept_repo(tmp_path: Path) -> tuple[gpu_runs.KeptRun, nbformat.NotebookNode]
             new_code_cell("print('same')", id="same", outputs=printed("<b>on the GPU</b>\n")),
             new_code_cell("print('old code')", id="changed", outputs=printed("old output\n")),
             new_code_cell(
-                "def answer():\n    return 1  # the old solution",
+                "def answer(x):\n    total = x + 1\n    return total * 3  # the old solution",
                 id="solution",
                 metadata=solution,
                 outputs=printed("solved\n"),
