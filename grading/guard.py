@@ -382,15 +382,14 @@ class _Recorder:
                 self.value(found, f"{module.__name__}.{name}", depth, names)
 
     def klass(self, cls: type, label: str, depth: int, names: set[str]) -> None:
-        if id(cls) in self._seen:
-            return
-        self._seen.add(id(cls))
         qualified = f"{getattr(cls, '__module__', '?')}.{getattr(cls, '__qualname__', '?')}"
-        for name in sorted(names):
-            if any(name in vars(k) for k in cls.__mro__):
-                found = self.attribute(cls, name, f"{qualified}.{name}")
-                if depth < _LIBRARY_DEPTH:
-                    self.value(found, f"{qualified}.{name}", depth + 1, names)
+        for name in sorted(names):  # each code that reaches the class: the attributes it uses
+            if (id(cls), name) in self._seen or not any(name in vars(k) for k in cls.__mro__):
+                continue
+            self._seen.add((id(cls), name))
+            found = self.attribute(cls, name, f"{qualified}.{name}")
+            if depth < _LIBRARY_DEPTH:
+                self.value(found, f"{qualified}.{name}", depth + 1, names)
         meta = type(cls)
         if meta is not type:
             for name in ("__instancecheck__", "__subclasscheck__"):
@@ -402,13 +401,11 @@ class _Recorder:
             self.add(_ABC, cls, None, registered, f"the virtual subclasses of {qualified} (ABC.register)")
 
     def function(self, function: types.FunctionType, label: str, depth: int) -> None:
-        if id(function) in self._seen:
-            return
-        self._seen.add(id(function))
         code = function.__code__
         course = self.in_course(code)
-        if not course and depth > _LIBRARY_DEPTH:
+        if id(function) in self._seen or (not course and depth > _LIBRARY_DEPTH):
             return
+        self._seen.add(id(function))
         self.functions.append(function)  # the audit hook refuses to replace its code, defaults and keyword defaults
         self.labels[id(function)] = label
         keywords = function.__kwdefaults__
@@ -466,7 +463,6 @@ class _State:
 
         self.shell = shell
         self.user_ns = shell.user_ns
-        self.roots = _trusted_roots()
         self.armed = None
         plain: set[type] = {
             int, float, complex, bool, str, bytes, bytearray, type(None), type(NotImplemented), type(Ellipsis),
@@ -576,6 +572,7 @@ class _State:
         self.plain = frozenset(plain)
         self.value_bases = tuple(value_bases)
         self.tensor_api = tensor_api
+        self.roots = _trusted_roots()  # now that course_utils is imported: its folder is trusted too
 
         self.transformer = _CellHook(self)
         shell.ast_transformers.append(self.transformer)

@@ -1,0 +1,64 @@
+"""The reference solutions of every notebook get full marks from ``course autograde``.
+
+The guard runs each test cell in a function of its own, compares what the checks are made
+of after every call and refuses frame and ``gc`` access while a test runs: none of that may
+cost an honest answer a point. Each notebook of ``notebooks/`` (solutions and hidden tests
+in place) is released into a throwaway course and submitted as it is, then graded with
+``course autograde --jobs 2``. Every test cell must score its points, except a measured
+test (notebook 12's speed, decided outside the kernel by timed rounds, which a loaded
+machine may slow down): that one must have run without any note of tampering.
+"""
+
+from __future__ import annotations
+
+import shutil
+
+import nbformat
+import pytest
+
+from grading.autograde import autograde
+from grading.coursedir import REPO_ROOT, Course
+from grading.measure import measured_tests
+from grading.release import release
+from grading.sandbox.protections import Limits
+from grading.sanitize import is_test, nbgrader_meta
+
+NOTEBOOKS = sorted((REPO_ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
+STUDENT = "reference"
+
+pytestmark = pytest.mark.slow_grading  # twelve notebooks, each up to a minute: `make grading-test`
+
+
+@pytest.fixture(scope="module")
+def graded(tmp_path_factory):
+    if not NOTEBOOKS:
+        pytest.skip("no notebooks in notebooks/ yet")
+    tmp = tmp_path_factory.mktemp("solutions")
+    course = Course(root=tmp / "grading", notebooks=REPO_ROOT / "notebooks")
+    release(course)
+    shutil.copy(REPO_ROOT / "grading" / "course" / "capstone_referee.py", course.root / "capstone_referee.py")
+    for path in NOTEBOOKS:
+        folder = course.folder("submitted", path.stem, STUDENT)
+        folder.mkdir(parents=True)
+        shutil.copy(path, folder / path.name)
+        (folder / "timestamp.txt").write_text("2026-01-01 00:00:00 UTC")
+    # generous limits: what is measured here is the guard, not this machine's load
+    summary = autograde(course, jobs=2, limits=Limits(cell_timeout=240, notebook_timeout=1200), progress=False)
+    return course, summary
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+def test_the_reference_solution_scores_every_point(graded, path):
+    course, summary = graded
+    result = next(g for g in summary.graded if g.submission.assignment == path.stem)
+    notes = " ".join(result.notes)
+    assert not result.grader_error, notes
+    assert "the submission" not in notes, notes  # no verdict of tampering
+    nb = nbformat.read(course.folder("autograded", path.stem, STUDENT) / path.name, as_version=4)
+    measured = {m["grade_id"] for m in measured_tests(nb, course.root)[0]}
+    for cell in nb.cells:
+        name = nbgrader_meta(cell).get("grade_id")
+        if not is_test(cell) or name in measured:
+            continue
+        errors = [f"{o['ename']}: {o['evalue']}" for o in cell.outputs if o.get("output_type") == "error"]
+        assert not errors, f"{path.stem} `{name}`: {errors}"
