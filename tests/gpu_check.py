@@ -33,16 +33,19 @@ used the GPU (``--keep-shared`` keeps it anyway, and its README and run.json say
 ``--quick`` sizes, or a run whose commit it cannot tell (``--commit``). Then commit the folder.
 
 On the lent device machine of a development session (CUDA torch, no Jupyter packages, no git
-history, at most 8 files back from ``$OUT``): fetch the wheels here as the device README says
-(``pip download --only-binary=:all: --python-version 3.12 ...`` of ``nbclient nbformat ipykernel
-ipywidgets torchao`` and their missing dependencies into an ignored ``.whl/``), then run, with
-``.whl`` carried::
+history, at most 8 files back from ``$OUT``): commit the notebooks first (the copy there has no
+git, so ``--commit`` names what it runs; add ``+dirty`` if it is not committed), fetch the wheels
+here as the device README says (``pip download --only-binary=:all: --python-version 3.12 ...``
+of ``nbclient nbformat ipykernel ipywidgets torchao`` and their missing dependencies into an
+ignored ``.whl/``), then run, with ``.whl`` carried::
 
     python3 -m pip install -q --no-index --no-deps --target /tmp/site .whl/*.whl && \\
     PYTHONPATH=/tmp/site python3 tests/gpu_check.py --keep --commit <short hash> \\
-        --runs-dir /tmp/runs --out $OUT/check; tar -C /tmp/runs -czf $OUT/runs.tgz .
+        --runs-dir /tmp/runs --out /tmp/check; tar -czf $OUT/gpu-check.tgz -C /tmp runs check
 
-and unpack ``runs.tgz`` into ``notebooks/gpu-runs/`` here.
+and unpack ``runs/<name>/`` of ``gpu-check.tgz`` into ``notebooks/gpu-runs/`` here (``check/``
+holds each kernel's stderr). The kept H200 run's six notebooks took 230 s in all (its README): all
+twelve should fit in one 10-minute command, but leave the device time to start the machine.
 
 Exit status: 0 when every notebook ran with no warning (and the run was kept if asked), 1 when
 a notebook failed or printed a warning, 2 when the machine cannot run the check (no GPU, a
