@@ -44,8 +44,8 @@ ignored ``.whl/``), then run, with ``.whl`` carried::
         --runs-dir /tmp/runs --out /tmp/check; tar -czf $OUT/gpu-check.tgz -C /tmp runs check
 
 and unpack ``runs/<name>/`` of ``gpu-check.tgz`` into ``notebooks/gpu-runs/`` here (``check/``
-holds each kernel's stderr). The kept H200 run's six notebooks took 230 s in all (its README): all
-twelve should fit in one 10-minute command, but leave the device time to start the machine.
+holds each kernel's stderr). The kept H200 run's six notebooks took 230 s in all (its README); a
+command there may run 10 minutes at most, so pick notebooks with ``-k`` if all twelve may not fit.
 
 Exit status: 0 when every notebook ran with no warning (and the run was kept if asked), 1 when
 a notebook failed or printed a warning, 2 when the machine cannot run the check (no GPU, a
