@@ -65,9 +65,12 @@ def _tail(text: str, lines: int = 30) -> str:
 
 
 def choose_backend(cuda_device_count: int, nproc_per_node: int) -> str:
-    """``"nccl"`` if every local process gets its own GPU, else ``"gloo"`` (CPU tensors).
+    """``"nccl"`` if every local process gets its own GPU, else ``"gloo"`` (the processes compute on the CPU).
 
-    NCCL only moves CUDA tensors and wants one GPU per process; Gloo works on the CPU.
+    NCCL only moves CUDA tensors and wants one GPU per process. Gloo works everywhere: every
+    collective on CPU tensors, and a few (broadcast, all-reduce) on CUDA tensors too, which
+    the ``torch.distributed`` docs say runs slower than NCCL; their rule of thumb, NCCL for
+    GPU training and Gloo for CPU training, is what this function applies.
 
     >>> choose_backend(0, 2), choose_backend(1, 2), choose_backend(8, 2)
     ('gloo', 'gloo', 'nccl')
