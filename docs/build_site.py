@@ -250,6 +250,8 @@ def prepare(out: Path, root: Path = ROOT) -> Path:
         _write(data_dir / f"{path.stem}.json", json.dumps({**kept, "this_machine": machine}, indent=1) + "\n")
     for stale in set(src.glob("*.ipynb")) - {src / p.name for p in paths}:
         stale.unlink()
+    for stale in set(data_dir.glob("*.json")) - {data_dir / f"{p.stem}.json" for p in paths}:
+        stale.unlink()
     for stale in {p for p in static.rglob("*") if p.is_file()} - {Path(p) for p in images}:
         stale.unlink()
     if runs:
