@@ -200,8 +200,9 @@ def test_a_process_list_that_never_shows_this_runs_own_kernels_is_called_blind(t
     argv = ["--notebooks", str(notebooks), "--out", str(tmp_path / "o"), "--allow-cpu"]
     assert gpu_check.main(argv, watch=GpuWatch(FakeGpu(show_own=False), interval=0.1)) == 0
     assert "unknown (the process list showed none, not even this run's own kernels" in capsys.readouterr().out
-    assert gpu_check.main(argv, watch=GpuWatch(lambda: None, interval=0.1)) == 0
-    assert "unknown (neither nvidia-smi nor NVML answered)" in capsys.readouterr().out
+    silent = GpuWatch(lambda: None, interval=0)
+    assert silent.look("before the run", kernel_alive=False) == []
+    assert silent.verdict() == "other processes on the GPU: unknown (neither nvidia-smi nor NVML answered)"
 
 
 def test_this_process_and_its_children_are_never_another_process():
