@@ -15,7 +15,7 @@ TEST_JOBS ?= 2
 # Jupyter refuses to run as root unless told; containers and CI machines often are root.
 ROOT_FLAG := $(if $(filter 0,$(shell id -u)),--allow-root)
 
-.PHONY: lab lab-instructor workspace test grading-test colab-test browser-test chromium site install lint release grade-benchmark capstone-benchmark gpu-check set-repo-url clean
+.PHONY: lab lab-instructor workspace test grading-test colab-test browser-test chromium site install lint release grade-benchmark coordinator-benchmark capstone-benchmark gpu-check set-repo-url clean
 
 # Two distributions, both editable: course_utils (this folder's pyproject.toml, what notebooks import)
 # and the grader (grading/pyproject.toml, the `course` command).
@@ -82,7 +82,10 @@ release: $(STAMP)  ## regenerate the student versions in grading/course/release/
 grade-benchmark: $(STAMP)  ## plain nbgrader vs `course autograde --jobs 2` on a class of 20; prints the ratio (BENCH_ARGS=--cluster: --jobs 2 vs a local Dask cluster)
 	$(BIN)/python tools/grade_benchmark.py $(BENCH_ARGS)
 
-capstone-benchmark: $(STAMP)  ## notebook 12's measured grade for four answers, graded 20 times: points and speedup spread
+coordinator-benchmark: $(STAMP)  ## a cluster's coordinator: CPU s per notebook for 2,000 notebooks, before/after issue 24, SQLite and PostgreSQL
+	$(BIN)/python tools/coordinator_benchmark.py $(BENCH_ARGS)
+
+capstone-benchmark: $(STAMP)  ## notebook 12's measured grade for four answers, graded 20 times: points and speedup spread (BENCH_ARGS="--load 2": beside outside CPU load)
 	$(BIN)/python tools/capstone_benchmark.py $(BENCH_ARGS)
 
 # The GPU check uses the Python at hand (a GPU machine's own CUDA build of torch), not .venv.

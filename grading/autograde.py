@@ -9,16 +9,26 @@ step and using nbgrader's own preprocessors, configured by the course's
    the submission recorded with its ``timestamp.txt``, the submission's other files and
    then the source's (data, images; ``exclude_overwriting`` kept) copied to
    ``autograded/<student>/<assignment>/``, unknown notebooks skipped and missing ones
-   given 0, as nbgrader does;
-2. per notebook (this process): ``sanitize.prepare`` (nbgrader's sanitizing preprocessors,
-   then the hardening it documents);
+   given 0, as nbgrader does; the gradebook part for many submissions in one transaction
+   (``grading.record``);
+2. per notebook: ``sanitize.prepare`` (nbgrader's sanitizing preprocessors, then the
+   hardening it documents: ``grading.pipeline.prepare``);
 3. per notebook (``N`` workers, or the worker threads of a Dask cluster: ``grading.cluster``):
    the notebook runs in a jailed kernel whose working directory holds the assignment's
    other files (``worker``, ``execute``, ``guard``);
-4. per notebook (this process, the gradebook's only writer, whatever its database): the rest of nbgrader's
-   ``Autograde.autograde_preprocessors`` (``IgnorePattern``, ``ClearMetadataPreprocessor``,
-   ``LimitOutput``, ``SaveAutoGrades``, ``AssignLatePenalties``, ``CheckCellMetadata``),
-   then the autograded notebook, grading notes on top, is written.
+4. per notebook: the rest of nbgrader's ``Autograde.autograde_preprocessors``
+   (``IgnorePattern``, ``ClearMetadataPreprocessor``, ``LimitOutput``, ``SaveAutoGrades``'s
+   scores and comments, ``CheckCellMetadata``) and the autograded notebook's text, grading
+   notes on top (``grading.pipeline.finish``);
+5. per batch of graded notebooks (this process, the gradebook's only writer, whatever its
+   database): the scores, comments, needs-manual-grade flags and ``AssignLatePenalties``'s
+   penalties in one transaction (``grading.record``), the notebooks written, and each
+   finished submission's folder put in place.
+
+Steps 2 and 4 run on the cluster's workers, beside step 3, when the course's preprocessors
+are nbgrader's own (``pipeline.Recipe.portable``), and in this process otherwise and on one
+machine; a course that configures recording preprocessors of its own keeps nbgrader's
+per-notebook recording (``Recipe.batched``).
 
 A submission already autograded and not newer than its autograded copy is skipped, as
 by ``nbgrader autograde`` without ``--force``. nbgrader's selections are honoured:
@@ -33,6 +43,7 @@ with the reason. Returns a ``Summary``.
 
 from __future__ import annotations
 
+import contextlib
 import fnmatch
 import os
 import shutil
@@ -43,24 +54,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import nbformat
-from nbformat import NotebookNode
 
+from grading import pipeline
 from grading.coursedir import Course, CourseError, counted
-from grading.measure import measured_tests
-from grading.sandbox.execute import GRADER_PROBLEM
+from grading.pipeline import NotebookJob, Outcome, Recipe, snapshot_gradebook
+from grading.record import Recorder
 from grading.sandbox.protections import Limits, Protections, detect
 from grading.sandbox.worker import WorkerPool
-from grading.sanitize import (
-    Prepared,
-    SourceNotebook,
-    fail_all_tests,
-    notes_cell,
-    prepare,
-    read_submission,
-    stand_in,
-    with_grader_cells,
-    without_grader_cells,
-)
+from grading.sanitize import Prepared, SourceNotebook, notes_cell, read_submission, role
 
 if TYPE_CHECKING:
     from grading.cluster import ClusterPool
@@ -114,7 +115,8 @@ class Summary:
     skipped: list[Submission] = field(default_factory=list)  # already autograded and not newer
     ignored: list[str] = field(default_factory=list)  # submissions of assignments nbgrader does not know
     seconds: float = 0.0
-    coordinator_seconds: float = 0.0  # spent in this process preparing, sending and recording (the serial part)
+    coordinator_seconds: float = 0.0  # wall seconds this process spent laying out, sending, receiving, recording
+    coordinator_phases: dict[str, float] = field(default_factory=dict)  # its CPU seconds by phase (the serial part)
     protections: Protections | None = None
     uids: list[int] = field(default_factory=list)
 
@@ -337,95 +339,168 @@ def _copy_files(course: Course, sub: Submission, dest: Path, exclude: dict) -> N
                 shutil.copyfile(name, target)
 
 
-class _Run:
-    """One autograde run: the bookkeeping between preparing, executing and recording."""
+@dataclass
+class _State:
+    """A submission being graded: its notebooks still out, and what the summary will say."""
 
-    def __init__(self, course: Course, summary: Summary, glob: str = "*"):
+    names: list[str] = field(default_factory=list)  # the notebooks graded in this run
+    left: int = 0
+    notes: list[str] = field(default_factory=list)
+    error: bool = False
+    seconds: float = 0.0
+
+
+@dataclass
+class _Sent:
+    """A notebook in a pool: what it is, and what the coordinator kept of it (``prepared`` when it prepared it)."""
+
+    sub: Submission
+    name: str
+    job: NotebookJob
+    recipe: Recipe
+    prepared: Prepared | None = None
+
+
+class _Clock:
+    """The coordinator's time by phase: CPU (this process, every thread) and wall seconds."""
+
+    def __init__(self):
+        self.cpu: dict[str, float] = {}
+        self.wall: dict[str, float] = {}
+
+    @contextlib.contextmanager
+    def phase(self, name: str):
+        cpu, wall = time.process_time(), time.monotonic()
+        try:
+            yield
+        finally:
+            self.cpu[name] = self.cpu.get(name, 0.0) + time.process_time() - cpu
+            self.wall[name] = self.wall.get(name, 0.0) + time.monotonic() - wall
+
+
+class _Run:
+    """One autograde run: submissions laid out, notebooks sent, results merged into the gradebook in batches.
+
+    Where the work of one notebook happens (``grading.pipeline``): on a cluster whose
+    recipe is portable, preparing and recording run on the worker, beside the grading, and
+    this process receives ``Outcome`` s; otherwise this process prepares and finishes each
+    notebook around the pool's execution. Either way this process alone writes the
+    gradebook (``grading.record``, one transaction per batch) and ``autograded/``.
+    """
+
+    def __init__(self, course: Course, summary: Summary, pool, glob: str = "*", bar=None):
+        from nbgrader.preprocessors import AssignLatePenalties
+
         self.course = course
         self.summary = summary
+        self.pool = pool
         self.glob = glob  # the notebooks to grade (nbgrader's --notebook)
+        self.bar = bar
         self.nbgrader = _Nbgrader(course)
-        self.specs: dict[tuple[str, str], SourceNotebook] = {}
-        self.pending: dict[Submission, dict] = {}  # notebooks still out, notes, errors, seconds
+        late = next((p for p in self.nbgrader.after_execute if type(p) is AssignLatePenalties), None)
+        self.recorder = Recorder(course, self.nbgrader.create_student, late)
+        self.recipes: dict[tuple[str, str], Recipe] = {}
+        self.pending: dict[Submission, _State] = {}
+        self.sent: dict[str, _Sent] = {}  # task key -> the notebook in the pool
+        self.outcomes: list[tuple[Submission, str, Outcome]] = []  # graded, for the next batch
+        self.remote = hasattr(pool, "submit_notebook")  # a cluster: portable recipes go whole to the workers
+        self.clock = _Clock()
+        self._keys = 0
 
-    def spec(self, assignment: str, notebook: str) -> SourceNotebook:
+    def recipe(self, assignment: str, notebook: str) -> Recipe:
+        """What grading any copy of this notebook needs (built once per run; with a snapshot for a cluster)."""
         key = (assignment, notebook)
-        if key not in self.specs:
+        if key not in self.recipes:
             released = self.course.folder("release", assignment) / f"{notebook}.ipynb"
-            release = None
-            if released.is_file():
-                release, _, _ = read_submission(released.read_bytes())
-            with self.course.gradebook() as gb:
-                self.specs[key] = SourceNotebook.from_gradebook(gb, assignment, notebook, release)
-        return self.specs[key]
+            release = read_submission(released.read_bytes())[0] if released.is_file() else None
+            gb = self.recorder.gb
+            spec = SourceNotebook.from_gradebook(gb, assignment, notebook, release)
+            snapshot = snapshot_gradebook(gb, assignment) if self.remote else None
+            gb.db.commit()
+            self.recipes[key] = Recipe.build(self.course, self.nbgrader, spec, snapshot=snapshot)
+        return self.recipes[key]
 
-    def resources(self, sub: Submission, notebook: str) -> dict:
-        return {
-            "nbgrader": {
-                "student": sub.student,
-                "assignment": sub.assignment,
-                "notebook": notebook,
-                "db_url": self.course.db_url,
-            },
-            "metadata": {"path": str(self.course.folder("autograded", sub.assignment, sub.student))},
-        }
+    # -- submissions in, notebooks out -------------------------------------------------------------
 
-    def start(self, sub: Submission) -> list[tuple[str, Prepared]]:
-        """Record the submission, lay out its autograded folder; return its prepared notebooks."""
-        from nbgrader.api import MissingEntry
-        from nbgrader.utils import parse_utc
-
-        state = {"left": 0, "notes": [], "error": False, "seconds": 0.0, "left_names": []}
-        self.pending[sub] = state
-        notes = state["notes"]
-        with self.course.gradebook() as gb:
-            try:
-                gb.find_student(sub.student)
-            except MissingEntry:
-                if not self.nbgrader.create_student:
-                    notes.append(f"Not graded: no student {sub.student!r} in the gradebook (Autograde.create_student).")
-                    state["error"] = True
-                    return []
-                gb.update_or_create_student(sub.student)
-            stamp = None
-            if sub.timestamp:
-                try:
-                    stamp = parse_utc(sub.timestamp)
-                except (ValueError, OverflowError):
-                    notes.append(f"timestamp.txt ({sub.timestamp[:40]!r}) is not a time; the submission has none.")
-            gb.update_or_create_submission(sub.assignment, sub.student, **({"timestamp": stamp} if stamp else {}))
-            expected = [n.name for n in gb.find_assignment(sub.assignment).notebooks]
-            submitted = sub.notebooks
-            selected = _matching(submitted, self.glob)
-            self.lay_out(sub, selected)
-            missing = {}
-            for name in expected:
-                if name not in submitted:
-                    record = gb.find_submission_notebook(name, sub.assignment, sub.student)
-                    for grade in record.grades:
-                        grade.auto_score, grade.needs_manual_grade = 0, False
-                    gb.db.commit()
-                    missing[name] = float(record.max_score)
-            notes += _mismatch_notes(sorted(set(selected) - set(expected)), missing)
-        prepared = []
-        for name in expected:
-            if name not in selected:
+    def start(self, chunk: list[Submission]) -> list[tuple[Submission, str]]:
+        """Record a chunk of submissions (one transaction), lay out their folders; their notebooks to grade."""
+        opened = self.recorder.open(chunk)
+        notebooks = []
+        for sub in chunk:
+            found = opened[sub]
+            state = self.pending[sub] = _State(notes=list(found.notes), error=found.refused)
+            if found.refused:
                 continue
-            data = (sub.folder / f"{name}.ipynb").read_bytes()
-            spec = self.spec(sub.assignment, name)
-            try:
-                resources = self.resources(sub, name)
-                item = prepare(data, spec, self.nbgrader.sanitize, resources)
-                for preprocessor in self.nbgrader.before_execute if item.runnable else ():
-                    item.nb, resources = preprocessor(item.nb, resources)
-            except Exception as error:  # nbgrader's own checks refused the notebook
-                why = f"{type(error).__name__}: {error}"
-                problem = f"{GRADER_PROBLEM}: could not prepare it ({why})."
-                item = Prepared(stand_in(spec, "not graded"), [problem], False)
-                state["error"] = True
-            prepared.append((name, item))
-        state["left"] = len(prepared)  # timestamp.txt came with the submission's files, byte for byte
-        return prepared
+            selected = _matching(sub.notebooks, self.glob)
+            self.lay_out(sub, selected)
+            state.notes += _mismatch_notes(sorted(set(selected) - set(found.expected)), found.missing)
+            state.names = [name for name in found.expected if name in selected]
+            state.left = len(state.names)  # timestamp.txt came with the submission's files, byte for byte
+            notebooks += [(sub, name) for name in state.names]
+        return notebooks
+
+    def send(self, sub: Submission, name: str) -> None:
+        """One notebook to the pool: whole to a cluster's worker, or prepared here."""
+        recipe = self.recipe(sub.assignment, name)
+        data = (sub.folder / f"{name}.ipynb").read_bytes()
+        dest = self.course.folder("autograded", sub.assignment, sub.student)
+        job = NotebookJob(sub.student, sub.assignment, name, data, autograded=str(dest))
+        key, self._keys = str(self._keys), self._keys + 1
+        files = str(self.staging(sub))
+        if self.remote and recipe.portable:
+            self.sent[key] = _Sent(sub, name, job, recipe)
+            self.pool.submit_notebook(key, job, recipe, files)
+            return
+        prepared, task = pipeline.prepare(job, recipe, self.course.db_url, self.course.root)
+        if task is None:
+            self.outcomes.append((sub, name, self.finish(prepared, None, recipe, job)))
+            return
+        self.sent[key] = _Sent(sub, name, job, recipe, prepared)
+        self.pool.submit(key, {**task, "files": files})
+
+    def finish(self, prepared: Prepared, result: dict | None, recipe: Recipe, job: NotebookJob) -> Outcome:
+        with self.clock.phase("finish"):
+            return pipeline.finish(prepared, result, recipe, job, self.course.db_url)
+
+    def receive(self, key: str, result) -> None:
+        """A result from the pool: an ``Outcome`` from a worker, or the grading worker's result to finish here."""
+        sent = self.sent.pop(key)
+        if isinstance(result, Outcome):
+            outcome = result
+        else:
+            prepared = sent.prepared
+            if prepared is None:  # the worker's whole task failed: prepare here to fail every test, as locally
+                prepared, _ = pipeline.prepare(sent.job, sent.recipe, self.course.db_url, self.course.root)
+            outcome = self.finish(prepared, result, sent.recipe, sent.job)
+        self.outcomes.append((sent.sub, sent.name, outcome))
+
+    # -- a batch into the gradebook and autograded/ -----------------------------------------------
+
+    def flush(self) -> None:
+        """Merge the graded notebooks into the gradebook (one transaction), write them, complete the submissions."""
+        if not self.outcomes:
+            return
+        batch, self.outcomes = self.outcomes, []
+        with self.clock.phase("record"):
+            problems = self.recorder.record(batch)
+        completed = []
+        with self.clock.phase("write"):
+            for sub, name, outcome in batch:
+                extra = problems.get((sub, name), [])
+                text = outcome.text if not extra else _with_more_notes(outcome, extra)
+                (self.staging(sub) / f"{name}.ipynb").write_text(text, encoding="utf-8")
+                state = self.pending[sub]
+                notes = [*outcome.notes, *extra]
+                several = len(state.names) > 1
+                state.notes += [f"{name}.ipynb: {note}" if several else note for note in notes]
+                state.seconds += outcome.seconds
+                state.error |= outcome.error or bool(extra)
+                state.left -= 1
+                if state.left == 0:
+                    completed.append(sub)
+                if self.bar is not None:
+                    self.bar.update(1)
+        self.complete(completed)
 
     def lay_out(self, sub: Submission, selected: list[str]) -> None:
         """An empty staging folder with the submission's and the source's other files.
@@ -453,46 +528,48 @@ class _Run:
         dest = self.course.folder("autograded", sub.assignment, sub.student)
         return dest.with_name(f".{dest.name}.grading")
 
-    def finish(self, sub: Submission, notebook: str, nb: NotebookNode, notes: list[str], seconds: float) -> None:
-        """Record one executed notebook with nbgrader's preprocessors and write it out."""
-        state = self.pending[sub]
-        resources = self.resources(sub, notebook)
-        nb = without_grader_cells(nb, [])
-        try:
-            for preprocessor in self.nbgrader.after_execute:
-                nb, resources = preprocessor(nb, resources)
-        except Exception as error:  # the grades of this notebook may be incomplete: say so
-            notes = [*notes, f"{GRADER_PROBLEM}: recording the grades failed ({type(error).__name__}: {error})."]
-        if notes:
-            nb.cells.insert(0, notes_cell(notes, nb))
-        nbformat.write(nb, self.staging(sub) / f"{notebook}.ipynb")
-        several = len(state["left_names"]) > 1
-        state["notes"] += [f"{notebook}.ipynb: {note}" if several else note for note in notes]
-        state["seconds"] += seconds
-        state["left"] -= 1
-        if any(note.startswith(GRADER_PROBLEM) or note.startswith("Grader error") for note in notes):
-            state["error"] = True
+    def complete(self, subs: list[Submission]) -> None:
+        """Put finished submissions in place (nbgrader's permissions) and read their totals (one query)."""
+        if not subs:
+            return
+        with self.clock.phase("complete"):
+            for sub in subs:
+                dest, staging = self.course.folder("autograded", sub.assignment, sub.student), self.staging(sub)
+                if staging.is_dir():
+                    _move_into(staging, dest)
+                if dest.is_dir():  # nbgrader's own: files 444 (664 groupshared), folders 2770 added when groupshared
+                    self.nbgrader.converter.set_permissions(sub.assignment, sub.student)
+            totals = self.recorder.totals(subs)
+            for sub in subs:
+                state = self.pending.pop(sub)
+                graded = Graded(sub, 0.0, 0.0, list(dict.fromkeys(state.notes)), state.error, state.seconds)
+                found = totals.get(sub)
+                if found is None:  # never recorded (no such student)
+                    graded.grader_error = True
+                else:
+                    graded.score, graded.max_score = found.score, found.max_score
+                    graded.late_penalty, graded.needs_manual_grade = found.late_penalty, found.needs_manual_grade
+                self.summary.graded.append(graded)
 
-    def done(self, sub: Submission) -> None:
-        from nbgrader.api import MissingEntry
 
-        state = self.pending.pop(sub)
-        dest, staging = self.course.folder("autograded", sub.assignment, sub.student), self.staging(sub)
-        if staging.is_dir():
-            _move_into(staging, dest)
-        if dest.is_dir():  # nbgrader's own: files 444 (664 groupshared), folders 2770 added when groupshared
-            self.nbgrader.converter.set_permissions(sub.assignment, sub.student)
-        graded = Graded(sub, 0.0, 0.0, list(dict.fromkeys(state["notes"])), state["error"], state["seconds"])
-        with self.course.gradebook() as gb:
-            try:
-                record = gb.find_submission(sub.assignment, sub.student)
-            except MissingEntry:
-                graded.grader_error = True
-            else:
-                graded.score, graded.max_score = float(record.score), float(record.max_score)
-                graded.late_penalty = float(record.late_submission_penalty or 0.0)
-                graded.needs_manual_grade = bool(record.needs_manual_grade)
-        self.summary.graded.append(graded)
+def _with_more_notes(outcome: Outcome, more: list[str]) -> str:
+    """The autograded notebook's text with ``more`` notes in its grading-notes cell."""
+    nb = nbformat.reads(outcome.text, as_version=4)
+    nb.cells = [c for c in nb.cells if role(c) != "notes"]
+    nb.cells.insert(0, notes_cell([*outcome.notes, *more], nb))
+    return nbformat.writes(nb)
+
+
+def _ready(pool, block: bool) -> list[tuple[str, object]]:
+    """The results the pool has now (waiting for a first one when ``block``)."""
+    if hasattr(pool, "ready"):
+        return pool.ready(block)
+    found = []
+    item = pool.next_result(None if block else 0)
+    while item is not None:
+        found.append(item)
+        item = pool.next_result(0)
+    return found
 
 
 def autograde(
@@ -530,6 +607,9 @@ def autograde(
             return _autograde(course, started, limits, selection, progress)
 
 
+_CHUNK = 64  # submissions recorded in one transaction before their notebooks are sent
+
+
 def _autograde(course, pool, limits, selection, progress) -> Summary:
     started = time.monotonic()
     assignments, students, notebooks, force = selection
@@ -541,46 +621,37 @@ def _autograde(course, pool, limits, selection, progress) -> Summary:
     summary = Summary(protections=pool.protections, ignored=ignored)
     todo = [s for s in submissions if force or _stale(course, s, glob)]
     summary.skipped = [s for s in submissions if s not in todo]
-    run = _Run(course, summary, glob)
-    jobs_of: dict[str, tuple[Submission, str, Prepared]] = {}
     bar = _progress(sum(len(_matching(s.notebooks, glob)) for s in todo), progress)
-    busy = time.monotonic()  # the coordinator's own time (preparing, sending, recording): the serial part
-    for sub in todo:  # the workers run the first notebooks while the next submissions are prepared
-        prepared = run.start(sub)
-        run.pending[sub]["left_names"] = [name for name, _ in prepared]
-        for name, item in prepared:
-            if item.runnable:
-                key = str(len(jobs_of))
-                jobs_of[key] = (sub, name, item)
-                measured, problems = measured_tests(item.nb, course.root)  # test cells from the gradebook
-                item.notes += problems
-                job = {"nb": with_grader_cells(item.nb), "files": str(run.staging(sub)), "measured": measured}
-                pool.submit(key, job)
-            else:
-                run.finish(sub, name, item.nb, item.notes, 0.0)
-                bar.update(1)
-        if run.pending[sub]["left"] == 0:
-            run.done(sub)
-    summary.coordinator_seconds = time.monotonic() - busy
-    for key, result in pool.results():
-        busy = time.monotonic()
-        sub, name, item = jobs_of[key]
-        notes = item.notes + result.get("notes", [])
-        if "nb" in result:
-            nb = nbformat.from_dict(result["nb"])
-        else:
-            nb = fail_all_tests(item.nb, f"grader error: {result['error']}")
-            notes.append(f"Grader error: {result['error']}.")
-        run.finish(sub, name, nb, notes, result.get("seconds", 0.0))
-        if run.pending[sub]["left"] == 0:
-            run.done(sub)
-        summary.coordinator_seconds += time.monotonic() - busy
-        bar.update(1)
+    run = _Run(course, summary, pool, glob, bar)
+    clock = run.clock
+    with run.recorder:
+        for first in range(0, len(todo), _CHUNK):  # the workers grade the first notebooks while the next are sent
+            chunk = todo[first : first + _CHUNK]
+            with clock.phase("lay out"):
+                notebooks = run.start(chunk)
+            with clock.phase("send"):
+                for sub, name in notebooks:
+                    run.send(sub, name)
+            run.complete([sub for sub in chunk if run.pending[sub].left == 0])  # nothing to grade in them
+            with clock.phase("receive"):
+                for key, result in _ready(pool, block=False):
+                    run.receive(key, result)
+            run.flush()
+        while run.sent:
+            with clock.phase("wait"):
+                ready = _ready(pool, block=True)
+            with clock.phase("receive"):
+                for key, result in ready:
+                    run.receive(key, result)
+            run.flush()
+        run.flush()
     summary.uids = pool.uids
     bar.close()
     course.protect()
     summary.graded.sort(key=lambda g: (g.submission.assignment, g.submission.student))
     summary.seconds = time.monotonic() - started
+    summary.coordinator_seconds = sum(s for name, s in clock.wall.items() if name != "wait")
+    summary.coordinator_phases = {name: s for name, s in clock.cpu.items() if name != "wait"}
     return summary
 
 

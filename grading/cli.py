@@ -1,4 +1,4 @@
-"""The ``course`` command: release, collect, autograde, feedback, export, validate.
+"""The ``course`` command: release, collect, autograde, feedback, export, validate, cluster-certs.
 
 Each subcommand is one step of the instructor's workflow on an nbgrader course directory:
 ``--course DIR``, else the current directory when it holds an ``nbgrader_config.py``, else
@@ -73,7 +73,20 @@ def _parser() -> argparse.ArgumentParser:
     autograde.add_argument(
         "--scheduler",
         metavar="ADDRESS",
-        help="grade on this Dask cluster: the scheduler's address (tcp://host:8786) or its scheduler file",
+        help="grade on this Dask cluster: the scheduler's address (tls://host:8786) or its scheduler file",
+    )
+    autograde.add_argument(
+        "--tls-certs",
+        type=Path,
+        metavar="DIR",
+        help="the folder `course cluster-certs` made (default: cluster-certs/ in the course directory, if any; "
+        "else Dask's distributed.comm.tls configuration)",
+    )
+    autograde.add_argument(
+        "--allow-plain-tcp",
+        action="store_true",
+        help="grade over plain tcp:// beyond this machine: only on a private network that nothing but the "
+        "grading machines and yours can reach (tcp:// has no authentication)",
     )
     autograde.add_argument(
         "--scheduler-timeout",
@@ -102,6 +115,15 @@ def _parser() -> argparse.ArgumentParser:
     export = steps.add_parser("export", help="grades as CSV; with --roster also a Canvas gradebook import file")
     export.add_argument("--roster", type=Path, help="a CSV of the class, e.g. Canvas's gradebook export")
     export.add_argument("--match-column", default="SIS Login ID", help="roster column holding the student ids")
+
+    certs = steps.add_parser(
+        "cluster-certs",
+        help="make the course's certificate authority and TLS certificates for a Dask cluster, print the commands",
+    )
+    certs.add_argument("--out", type=Path, help="where (default: cluster-certs/ in the course directory)")
+    certs.add_argument("--scheduler-host", default="SCHEDULER-HOST", help="the scheduler's address, for the commands")
+    certs.add_argument("--days", type=int, default=365, help="how long the certificates are valid (365)")
+    certs.add_argument("--replace", action="store_true", help="make a new authority where one exists")
 
     validate = steps.add_parser("validate", help="check a notebook before submitting (as nbgrader validate)")
     validate.add_argument("notebook", type=Path)
@@ -134,12 +156,50 @@ def _collect(course, args) -> int:
     return 0
 
 
+def _security(course, args):  # -> distributed.Security | None
+    """The instructor's TLS side: ``--tls-certs``, else the course's ``cluster-certs/``, else Dask's configuration."""
+    from grading.certificates import FOLDER_NAME, Certificates, security
+
+    folder = args.tls_certs or course.root / FOLDER_NAME
+    if Certificates(folder).complete():
+        return security(folder)
+    if args.tls_certs is not None:
+        raise CourseError(f"no certificates in {folder}: `course cluster-certs --out {folder}` makes them")
+    from distributed.security import Security
+
+    configured = Security()  # Dask's own configuration (distributed.comm.tls.*)
+    return configured if configured.tls_client_cert else None
+
+
+def _cluster_certs(course, args) -> int:
+    from grading.certificates import FOLDER_NAME, instructions, make_certificates
+
+    folder = args.out or course.root / FOLDER_NAME
+    files = make_certificates(folder, course.course_id, days=args.days, replace=args.replace)
+    print(instructions(files, args.scheduler_host, args.days))
+    return 0
+
+
 def _pool(course, args):  # -> WorkerPool | ClusterPool, not yet started
     """Where the notebooks run: this machine's grading workers, or a Dask cluster's (``--scheduler``)."""
     if args.scheduler:
         from grading.cluster import ClusterPool
 
-        return ClusterPool(args.scheduler, args.sandbox, course.hidden_paths(), timeout=args.scheduler_timeout)
+        try:
+            security = _security(course, args)
+        except ImportError as error:
+            raise CourseError(
+                "grading on a cluster needs Dask: install the grader's `cluster` extra "
+                "(pip install 'course-grading[cluster]'; `make install` does)"
+            ) from error
+        return ClusterPool(
+            args.scheduler,
+            args.sandbox,
+            course.hidden_paths(),
+            timeout=args.scheduler_timeout,
+            security=security,
+            allow_plain=args.allow_plain_tcp,
+        )
     from grading.sandbox.worker import WorkerPool
 
     protections = detect(args.sandbox)
@@ -216,6 +276,7 @@ _STEPS = {
     "feedback": _feedback,
     "export": _export,
     "validate": _validate,
+    "cluster-certs": _cluster_certs,
 }
 
 
@@ -232,6 +293,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.step == "autograde" and args.scheduler and args.jobs is not None:
         parser.error("--jobs is for this machine; on a cluster each Dask worker thread grades one notebook at a time")
+    if args.step == "autograde" and not args.scheduler and (args.tls_certs or args.allow_plain_tcp):
+        parser.error("--tls-certs and --allow-plain-tcp are for a cluster (--scheduler)")
     in_main_thread = threading.current_thread() is threading.main_thread()
     # A kill stops the run as Ctrl-C does: the jobs in flight are killed, nothing waits for them.
     previous = signal.signal(signal.SIGTERM, _interrupt) if in_main_thread else None

@@ -1,16 +1,22 @@
 """Grade on a Dask cluster: ``course autograde --scheduler ADDRESS``.
 
-Contract: ``ClusterPool(address, sandbox, hide)`` is a grading pool with the interface of
-``sandbox.worker.WorkerPool`` (``jobs``, ``protections``, ``limits``, ``uids``, ``submit``,
-``results``, a context manager), so ``autograde`` grades a class on an existing
-``dask.distributed`` cluster through its one code path: the gradebook, the staging folders,
-the notes, the progress bar and a stop midway are the same as on one machine. Importing
-this module does not import Dask (the ``cluster`` extra).
+Contract: ``ClusterPool(address, sandbox, hide, security=...)`` is a grading pool with the
+interface of ``sandbox.worker.WorkerPool`` (``jobs``, ``protections``, ``limits``, ``uids``,
+``submit``, ``results``, a context manager), plus ``submit_notebook`` and ``ready``, so
+``autograde`` grades a class on an existing ``dask.distributed`` cluster through its one code
+path: the gradebook, the staging folders, the notes, the progress bar and a stop midway are
+the same as on one machine. Importing this module does not import Dask (the ``cluster`` extra).
 
 * **Connecting** (entering the pool): ``address`` is the scheduler's, as ``dask worker``
-  takes it (``tcp://host:8786``, ``tls://...``), or the JSON file ``dask scheduler
-  --scheduler-file`` writes. An unreachable scheduler, or one without a worker within
-  ``timeout`` seconds, raises ``CourseError`` before anything is written.
+  takes it (``tls://host:8786``), or the JSON file ``dask scheduler --scheduler-file``
+  writes. ``tls://`` needs ``security`` (``distributed.Security`` with the instructor's
+  certificate: ``grading.certificates``): the scheduler and every worker must present a
+  certificate of the course's own authority, and so must this process. A plain ``tcp://``
+  address is refused unless it and the whole cluster behind it (the scheduler's own
+  address, every worker's) are on the loopback interface, or ``allow_plain`` (a private
+  network the instructor controls): Dask's plain TCP has no authentication, so anyone who
+  reaches the scheduler runs code on every worker. An unreachable scheduler, or one without
+  a worker within ``timeout`` seconds, raises ``CourseError`` before anything is written.
 * **Checking** (``environment``): every worker runs the same check as this process:
   Python, the platform, the versions of torch, numpy, nbgrader, nbformat, nbclient,
   ipykernel, jupyter-client, dask, distributed, cloudpickle, msgpack, course-grading and
@@ -19,22 +25,26 @@ this module does not import Dask (the ``cluster`` extra).
   where no sandbox works (level ``none``) unless ``sandbox`` is ``"none"``. A worker that
   joins later is checked by its first task, which refuses to grade (the run stops with the
   same message; what was graded is kept).
-* **Grading**: each job is one Dask task (``grade``) that carries everything it needs: the
-  prepared notebook, the assignment's other files (zipped here as the local worker would
-  copy them, ``worker._copy_files``; what it would leave out is named in the job), the
-  measured tests with their referee's source, the limits. On the worker the task unpacks the
-  files into a folder of its own under the worker's local directory and runs the job through
-  a one-slot ``WorkerPool`` of the worker thread running it: a grading worker process started
-  as locally, so each notebook gets the same jail, limits and guard. Nothing of a task stays
-  in the Dask worker's process; the grading worker is reused by the thread's next task, as a
-  local worker is by its next job. The result (the executed notebook, notes, seconds) comes
-  back here; only this process writes the gradebook and ``autograded/``.
+* **Grading**: each notebook is one Dask task that carries everything it needs: the
+  assignment's other files (zipped here as the local worker would copy them,
+  ``worker._copy_files``; what it would leave out is named in the job) and the limits, and
+  either the submitted notebook with its ``pipeline.Recipe`` (``submit_notebook``: sent to
+  each worker once; the worker prepares it, grades it and computes what nbgrader's recording
+  preprocessors record, ``grade_notebook``) or a notebook this process prepared
+  (``submit``, ``grade``). On the worker the task unpacks the files into a folder of its own
+  under the worker's local directory and runs the job through a one-slot ``WorkerPool`` of
+  the worker thread running it: a grading worker process started as locally, so each
+  notebook gets the same jail, limits and guard; the kernel sees neither that directory nor
+  the worker's TLS key. The result comes back here, fetched in batches (``ready``); only
+  this process writes the gradebook and ``autograded/``.
 * **Faults**: a worker that dies mid-task: the scheduler runs the task again on another
   (Dask's ``distributed.scheduler.allowed-failures``, 3 by default; past that the notebook
   is a grader error, as when a local grading worker dies). Each task's key names its job and
   a result is taken once per key, so nothing is recorded twice. Leaving the pool early
   (Ctrl-C, SIGTERM, an error) cancels every task; a running one notices within a second and
-  kills its grading worker, and with it the kernel.
+  kills its grading worker, and with it the kernel. If this process dies without leaving
+  (``kill -9``), the scheduler releases its tasks when the connection drops, with the same
+  effect.
 """
 
 from __future__ import annotations
@@ -149,8 +159,10 @@ def _facts(sandbox: str, dask_worker: Any = None) -> dict[str, Any]:
     from distributed.comm import get_address_host
 
     protections = _protections(sandbox)
+    _own.clear()  # the tasks of this run compare what was checked now (see _checked)
+    _own.update(environment())
     return {
-        "environment": environment(),
+        "environment": dict(_own),
         "host": get_address_host(dask_worker.address),
         "cores": _cores(),
         "nthreads": dask_worker.state.nthreads,
@@ -163,6 +175,7 @@ def _cores() -> int:
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
 
 
+_own: dict[str, str] = {}  # this worker's environment() as last checked: at connecting, else at its first task
 _detected: dict[str, Protections] = {}
 
 
@@ -180,9 +193,9 @@ def _refusal(sandbox: str, facts: dict[str, Any], here: dict[str, str]) -> str |
         return "its environment differs from this machine's: " + "; ".join(differ)
     if facts["level"] == "none" and sandbox != "none":
         return (
-            "no sandbox works there (neither root nor user namespaces), so a submission could reach the "
-            "unauthenticated Dask scheduler and every worker; run the worker as root or enable user "
-            "namespaces, or pass --sandbox none knowingly"
+            "no sandbox works there (neither root nor user namespaces), so a submission could read the "
+            "worker's files (its TLS key among them) and reach the Dask scheduler and every worker; run the "
+            "worker as root or enable user namespaces, or pass --sandbox none knowingly"
         )
     return None
 
@@ -270,8 +283,50 @@ def _threads(worker: Any, host_slots: dict[str, int]) -> int:
     return max(1, _cores() // max(1, slots))
 
 
+def _checked(worker: Any, job: dict) -> None:
+    """Refuse (``WorkerRefused``) to grade on a worker that differs from the coordinator or has no sandbox."""
+    if not _own:
+        _own.update(environment())
+    facts = {"environment": _own, "level": _protections(job["sandbox"]).level}
+    why = _refusal(job["sandbox"], facts, job["environment"])
+    if not why and job.get("loopback_only") and beyond_loopback([worker.address]):
+        why = "it joined a plain-TCP cluster from another machine (use TLS, or --allow-plain-tcp on a private network)"
+    if why:
+        raise WorkerRefused(f"worker {worker.address} refused: {why}")
+
+
+def _secrets(worker: Any) -> list[str]:
+    """The folders of this worker's TLS certificate and key, which no kernel may read."""
+    security = getattr(worker, "security", None)
+    if security is None:
+        return []
+    tls = security.get_tls_config_for_role("worker")
+    files = [tls.get(k) for k in ("cert", "key", "ca_file")]
+    return sorted({str(Path(f).resolve().parent) for f in files if f and "\n" not in f})
+
+
+def _execute(worker: Any, job: dict, task: dict, files: bytes | None, scratch: Path, key: str) -> dict:
+    """Run one grading worker's job in this thread's one-slot pool, with the task's files unpacked; its result."""
+    task = {**task, "files": None, "skipped": job["skipped"]}
+    if files is not None:
+        unpack_files(files, scratch / "files")
+        task["files"] = str(scratch / "files")
+    # the kernel sees neither the course (when it is on this machine), this worker's other tasks, nor its keys
+    hide = [*job["hide"], worker.local_directory, *_secrets(worker)]
+    pool = _thread_pool(_protections(job["sandbox"]), hide)
+    pool.limits = Limits(**{**job["limits"], "threads": _threads(worker, job["host_slots"])})
+    pool.submit("job", task)
+    return _wait(pool, worker, key)
+
+
+def _scratch(worker: Any) -> Path:
+    root = Path(worker.local_directory) / "course-grading"
+    root.mkdir(mode=0o700, exist_ok=True)
+    return Path(tempfile.mkdtemp(prefix="task-", dir=root))
+
+
 def grade(payload: bytes, files: bytes | None, key: bytes) -> dict:
-    """The Dask task: grade one notebook on this worker, as a local grading worker does; return its result.
+    """The Dask task: grade one prepared notebook on this worker, as a local grading worker does; its result.
 
     ``payload`` is the job as JSON (bytes, so that Dask never reads its strings as task
     keys), ``files`` the zip of ``pack_files`` (None when it could not be read), ``key`` the
@@ -281,25 +336,58 @@ def grade(payload: bytes, files: bytes | None, key: bytes) -> dict:
 
     worker = get_worker()
     job = json.loads(payload)
-    facts = {"environment": environment(), "level": _protections(job["sandbox"]).level}
-    why = _refusal(job["sandbox"], facts, job["environment"])
-    if why:
-        raise WorkerRefused(f"worker {worker.address} refused: {why}")
-    root = Path(worker.local_directory) / "course-grading"
-    root.mkdir(mode=0o700, exist_ok=True)
-    scratch = Path(tempfile.mkdtemp(prefix="task-", dir=root))
+    _checked(worker, job)
+    scratch = _scratch(worker)
     try:
-        task = {"nb": job["nb"], "files": None, "measured": job["measured"], "skipped": job["skipped"]}
-        if files is not None:
-            unpack_files(files, scratch / "files")
-            task["files"] = str(scratch / "files")
-        # the kernel sees neither the course (when it is on this machine) nor this worker's other tasks
-        pool = _thread_pool(_protections(job["sandbox"]), [*job["hide"], worker.local_directory])
-        pool.limits = Limits(**{**job["limits"], "threads": _threads(worker, job["host_slots"])})
-        pool.submit("job", task)
-        return _wait(pool, worker, key.decode())
+        task = {"nb": job["nb"], "measured": job["measured"]}
+        return _execute(worker, job, task, files, scratch, key.decode())
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
+
+
+_recipe_lock = threading.Lock()
+
+
+def _recipe_folder(worker: Any, recipe: Any) -> Path:
+    """This worker's copy of a recipe's files: the gradebook snapshot and the referees (written once)."""
+    folder = Path(worker.local_directory) / "course-grading" / f"recipe-{recipe.token}"
+    with _recipe_lock:
+        if not (folder / "ready").exists():
+            folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+            (folder / "gradebook.db").write_bytes(recipe.snapshot)
+            for name, source in recipe.referees.items():
+                (folder / f"{name}.py").write_text(source, encoding="utf-8")
+            (folder / "ready").touch()
+    return folder
+
+
+def grade_notebook(job: Any, payload: bytes, files: bytes | None, recipe: Any, key: bytes) -> Any:
+    """The Dask task of a portable recipe: prepare, grade and record one submitted notebook here; its ``Outcome``.
+
+    ``job`` is the ``pipeline.NotebookJob`` (the submitted bytes), ``payload`` the run's
+    settings as JSON (limits, sandbox, hidden paths, the coordinator's environment),
+    ``recipe`` the ``pipeline.Recipe`` (sent to each worker once). Preparing and finishing
+    are ``grading.pipeline``'s, with the recipe's gradebook snapshot as the gradebook that
+    nbgrader's sanitizing preprocessors read; the grading itself is ``grade``'s.
+    """
+    from distributed import get_worker
+
+    from grading import pipeline
+
+    worker = get_worker()
+    settings = json.loads(payload)
+    _checked(worker, settings)
+    folder = _recipe_folder(worker, recipe)
+    db_url = f"sqlite:///{folder / 'gradebook.db'}"
+    prepared, task = pipeline.prepare(job, recipe, db_url, folder)
+    result = None
+    if task is not None:
+        scratch = _scratch(worker)
+        try:
+            result = _execute(worker, settings, task, files, scratch, key.decode())
+        finally:
+            shutil.rmtree(scratch, ignore_errors=True)
+    return pipeline.finish(prepared, result, recipe, job, db_url)
 
 
 def _wait(pool: Any, worker: Any, key: str) -> dict:
@@ -314,6 +402,65 @@ def _wait(pool: Any, worker: Any, key: str) -> dict:
 
 
 # -- the coordinator's side ----------------------------------------------------------------------
+
+
+_PLAIN = {"tcp", "ws", "inproc", "ucx"}  # Dask protocols without encryption or authentication
+
+
+def _is_loopback(host: str) -> bool:
+    import ipaddress
+
+    if host.lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False  # a host name: it may be anything
+
+
+def check_address(address: str, allow_plain: bool = False) -> str:
+    """The protocol of ``address`` (``tls``, ``tcp``, ...); plain TCP beyond this machine only with ``allow_plain``.
+
+    A ``tcp://`` scheduler has no authentication: whoever reaches its port runs any code
+    on every worker. So it is refused unless its host is a loopback address (the cluster
+    is this machine's) or the instructor says the network is private (``--allow-plain-tcp``).
+    """
+    from distributed.comm import parse_address
+
+    protocol, location = parse_address(address)
+    if protocol not in _PLAIN or allow_plain or protocol == "inproc":  # inproc: this very process
+        return protocol
+    if _is_loopback(_host(location)):
+        return protocol
+    raise _plain_refusal(protocol, location)
+
+
+def _host(location: str) -> str:
+    from distributed.comm import parse_address, parse_host_port
+
+    if "://" in location:
+        location = parse_address(location)[1]
+    try:
+        return parse_host_port(location)[0]
+    except ValueError:
+        return location
+
+
+def _plain_refusal(protocol: str, location: str, why: str = "") -> CourseError:
+    return CourseError(
+        f"refusing {protocol}://{location}{why}: Dask's {protocol}:// connections are neither authenticated nor "
+        "encrypted, so anyone who can reach the scheduler's port can run any code on every grading machine "
+        "(as the user the workers run as, root for the root sandbox) and read the submissions in flight. "
+        "Use mutual TLS: `course cluster-certs` makes the course's certificates and prints the `dask "
+        f"scheduler` and `dask worker` flags, then run `course autograde --scheduler tls://{location}`. "
+        "Only on a private network that nothing but the grading machines and yours can reach, "
+        "--allow-plain-tcp grades over plain TCP anyway"
+    )
+
+
+def beyond_loopback(addresses: list[str]) -> list[str]:
+    """Which of a cluster's addresses (the scheduler's, the workers') another machine could reach."""
+    return sorted(a for a in addresses if not _is_loopback(_host(a)))
 
 
 def scheduler_address(target: str) -> str:
@@ -333,11 +480,21 @@ def scheduler_address(target: str) -> str:
 class ClusterPool:
     """A Dask cluster as a grading pool (``WorkerPool``'s interface); see the module docstring."""
 
-    def __init__(self, address: str, sandbox: str = "auto", hide: list[Path] | None = None, timeout: float = 30.0):
+    def __init__(
+        self,
+        address: str,
+        sandbox: str = "auto",
+        hide: list[Path] | None = None,
+        timeout: float = 30.0,
+        security: Any = None,
+        allow_plain: bool = False,
+    ):
         self.address = address
         self.sandbox = sandbox
         self.hide = [str(p) for p in hide or []]
         self.timeout = timeout
+        self.security = security  # distributed.Security (the instructor's certificate), or None for Dask's config
+        self.allow_plain = allow_plain
         self.jobs = 0  # worker threads of the cluster, once connected
         self.limits = Limits()  # ``threads`` is decided on each worker (its cores over its machine's slots)
         self.protections = Protections("none")  # the weakest worker's level, once connected
@@ -352,6 +509,8 @@ class ClusterPool:
         self._ids: dict[str, str] = {}  # task key -> the caller's task id
         self._notes: dict[str, list[str]] = {}  # task id -> notes of this side (files unreadable)
         self._packed: tuple[str | None, Any, list[str]] | None = None  # the last folder packed
+        self._recipes: dict[str, Any] = {}  # recipe token -> its future on the cluster
+        self._protocol = ""
 
     # -- connecting -----------------------------------------------------------------------------
 
@@ -364,12 +523,24 @@ class ClusterPool:
                 "(pip install 'course-grading[cluster]'; `make install` does)"
             ) from error
         address = scheduler_address(self.address)
+        protocol = self._protocol = check_address(address, self.allow_plain)
+        encrypted = protocol in {"tls", "wss"}
+        if encrypted and self.security is None:
+            raise CourseError(
+                f"{address} needs the course's TLS certificate: run `course cluster-certs` (in the course "
+                "directory) and start the scheduler and workers with the flags it prints, or set Dask's "
+                "distributed.comm.tls options"
+            )
         try:
-            self._client = Client(address, timeout=self.timeout, set_as_default=False)
-        except (OSError, TimeoutError, ValueError) as error:
+            security = self.security if encrypted else None  # Dask refuses a plain address with TLS required
+            self._client = Client(address, timeout=self.timeout, set_as_default=False, security=security)
+        except (OSError, TimeoutError, ValueError, TypeError) as error:
+            hint = "is `dask scheduler` running there, and is the address right?"
+            if protocol in {"tls", "wss"}:
+                hint += " Were the scheduler and this machine's certificates made by the same `course cluster-certs`?"
             raise CourseError(
                 f"cannot reach the Dask scheduler at {address} within {self.timeout:g} s "
-                f"({type(error).__name__}: {error}); is `dask scheduler` running there, and is the address right?"
+                f"({type(error).__name__}: {error}); {hint}"
             ) from error
         try:
             self._check()
@@ -402,6 +573,14 @@ class ClusterPool:
                 problems.append(f"worker {address} refused: {why}")
         if problems:
             raise CourseError("cannot grade on this cluster:\n  " + "\n  ".join(problems))
+        if self._protocol in _PLAIN and not self.allow_plain:  # the address was loopback: is the whole cluster?
+            outside = beyond_loopback([self._client.scheduler_info()["address"], *answers])
+            if outside:
+                raise _plain_refusal(
+                    self._protocol,
+                    self._client.scheduler.address.split("://", 1)[-1],
+                    f" (the cluster behind it is reachable from other machines at {', '.join(outside)})",
+                )
         self.jobs = sum(f["nthreads"] for f in self.workers.values())
         for facts in self.workers.values():
             self._host_slots[facts["host"]] = self._host_slots.get(facts["host"], 0) + facts["nthreads"]
@@ -425,21 +604,45 @@ class ClusterPool:
 
     # -- the pool's interface -------------------------------------------------------------------
 
-    def submit(self, task_id: str, task: dict) -> None:
-        """Send a job (``WorkerPool.submit``'s dict) to the cluster as one task."""
-        files, skipped = self._files(task_id, task.get("files"))
-        job = {
-            "nb": task["nb"],
-            "measured": task.get("measured") or [],
+    def _settings(self, skipped: list[str]) -> dict:
+        """What every task of this run carries besides its notebook."""
+        return {
             "skipped": skipped,
             "limits": self.limits.to_dict(),
             "sandbox": self.sandbox,
             "hide": self.hide,
             "environment": self._environment,
             "host_slots": self._host_slots,
+            "loopback_only": self._protocol in _PLAIN and not self.allow_plain,
         }
+
+    def submit(self, task_id: str, task: dict) -> None:
+        """Send a prepared job (``WorkerPool.submit``'s dict) to the cluster as one task."""
+        files, skipped = self._files(task_id, task.get("files"))
+        job = {"nb": task["nb"], "measured": task.get("measured") or [], **self._settings(skipped)}
         key = f"course-grade-{self._run}-{task_id}"
         future = self._client.submit(grade, json.dumps(job).encode(), files, key.encode(), key=key, pure=False)
+        self._track(key, future, task_id)
+
+    def submit_notebook(self, task_id: str, job: Any, recipe: Any, folder: str) -> None:
+        """Send a submitted notebook (``pipeline.NotebookJob``) to be prepared, graded and recorded on a worker.
+
+        The result (``results``, ``ready``) is a ``pipeline.Outcome``. The recipe goes to the
+        cluster once and stays there for the run.
+        """
+        files, skipped = self._files(task_id, folder)
+        if task_id in self._notes:  # the files could not be read here: the worker writes the note into the notebook
+            job.notes = [*job.notes, *self._notes.pop(task_id)]
+        if recipe.token not in self._recipes:
+            self._recipes[recipe.token] = self._client.scatter(recipe, hash=False)
+        settings = json.dumps(self._settings(skipped)).encode()
+        key = f"course-grade-{self._run}-{task_id}"
+        future = self._client.submit(
+            grade_notebook, job, settings, files, self._recipes[recipe.token], key.encode(), key=key, pure=False
+        )
+        self._track(key, future, task_id)
+
+    def _track(self, key: str, future: Any, task_id: str) -> None:
         self._pending[key], self._ids[key] = future, task_id
         self._completed.add(future)
 
@@ -462,15 +665,30 @@ class ClusterPool:
 
     def results(self) -> Iterator[tuple[str, dict]]:
         """(task id, result) of every submitted job, as they finish, each once."""
-        for future in self._completed:
-            task_id = self._ids.pop(future.key, None)
-            if task_id is None:
-                continue
-            result = self._outcome(future)
-            result["notes"] = [*self._notes.pop(task_id, []), *result.get("notes", [])]
+        while self._pending:
+            yield from self.ready(block=True)
+
+    def ready(self, block: bool) -> list[tuple[str, Any]]:
+        """(task id, result) of the jobs finished now (waiting for one when ``block``), each once.
+
+        The finished tasks' results are fetched together (one request per worker), not one
+        by one: at a thousand notebooks a minute the round trips were the coordinator's work.
+        """
+        if not self._pending or (not block and not self._completed.has_ready()):
+            return []
+        batch = [f for f in self._completed.next_batch(block=True) if f.key in self._ids]
+        done = [f for f in batch if f.status == "finished"]
+        values = dict(zip([f.key for f in done], self._client.gather(done, errors="skip"), strict=False))
+        found = []
+        for future in batch:
+            task_id = self._ids.pop(future.key)
+            result = values[future.key] if future.key in values else self._outcome(future)
+            if isinstance(result, dict):  # a prepared job's result (an Outcome carries its notes in itself)
+                result["notes"] = [*self._notes.pop(task_id, []), *result.get("notes", [])]
             del self._pending[future.key]
             future.release()
-            yield task_id, result
+            found.append((task_id, result))
+        return found
 
     def _outcome(self, future: Any) -> dict:
         """A finished task's result; a task that could not run becomes a grader error, a refusal stops the run."""

@@ -1,12 +1,16 @@
 """Grading on a real Dask cluster: a scheduler and two single-thread workers on 127.0.0.1 (``dask_cluster.py``).
 
-The same class is graded on this machine (``--jobs 2``) and on the cluster, from identical
-copies: the gradebooks must agree cell by cell, on the compatibility course (written
-answers, a data file, a late penalty, a missing notebook) and on the torch fixture
-notebook (with a submission that snoops for files it must not see). Then the faults: a
-measured test and the assignment's files travel with the task; a worker killed mid-task
-loses nothing and counts nothing twice; a worker whose environment differs, an
-unreachable scheduler and a stopped run write nothing they should not.
+The cluster speaks mutual TLS with certificates made by ``course cluster-certs``, started with
+the flags it prints. The same class is graded on this machine (``--jobs 2``) and on the
+cluster, from identical copies: the gradebooks must agree cell by cell, on the compatibility
+course (written answers, a data file, a late penalty, a missing notebook) and on the torch
+fixture notebook (with a submission that snoops for files it must not see). Then security:
+a client without the course's certificate, or with one of another authority, gets no
+connection and runs nothing; a plain-TCP cluster reachable from other machines is refused
+even through a loopback address. Then the faults: a measured test and the assignment's
+files travel with the task; a worker killed mid-task loses nothing and counts nothing
+twice; a worker whose environment differs, an unreachable scheduler, a stopped run and a
+coordinator killed with SIGKILL write nothing they should not, and leave no kernel behind.
 """
 
 from __future__ import annotations
@@ -54,11 +58,12 @@ PROTECTIONS = detect()
 
 @pytest.fixture(scope="module")
 def cluster():
-    """Two workers whose local directories are outside /tmp (so the jail's hiding them is what hides them)."""
+    """Two workers over TLS, their local directories outside /tmp (so the jail's hiding them is what hides them)."""
     (REPO / "build").mkdir(exist_ok=True)
     folder = Path(tempfile.mkdtemp(prefix="test-dask-", dir=REPO / "build"))
     try:
-        with DaskCluster(folder, workers=2) as started:
+        assert main(["--course", str(folder), "cluster-certs", "--out", str(folder / "certs")]) == 0
+        with DaskCluster(folder / "dask", workers=2, tls=folder / "certs") as started:
             yield started
     finally:
         shutil.rmtree(folder, ignore_errors=True)
@@ -109,7 +114,7 @@ def _gradebook(course: Course) -> dict[tuple, object]:
 
 
 def _on_cluster(course: Course, cluster: DaskCluster, **kwargs):
-    with ClusterPool(cluster.address, "auto", course.hidden_paths()) as pool:
+    with ClusterPool(cluster.address, "auto", course.hidden_paths(), security=cluster.security) as pool:
         return autograde(course, pool=pool, progress=False, **kwargs)
 
 
@@ -212,7 +217,7 @@ def test_a_measured_test_and_the_assignments_files_travel_with_the_task(cluster,
     measured, _ = measured_tests(nb, tmp_path)
     job = {"nb": with_grader_cells(nb), "files": str(files), "measured": measured}
     [(_, local)] = list(WorkerPool(1, PROTECTIONS, Limits(), []).run([("nb", job)]))
-    with ClusterPool(cluster.address, "auto", []) as pool:
+    with ClusterPool(cluster.address, "auto", [], security=cluster.security) as pool:
         pool.submit("nb", job)
         [(task_id, remote)] = list(pool.results())
     assert task_id == "nb" and "error" not in remote, remote
@@ -301,7 +306,8 @@ def test_a_worker_whose_environment_differs_is_refused_before_anything_is_graded
     try:
         cluster.wait_for(3)
         course = _compat_class(compat, tmp_path / "course")
-        status = main(["--course", str(course.root), "autograde", "--scheduler", cluster.address, "--no-progress"])
+        argv = ["--course", str(course.root), "autograde", "--scheduler", cluster.address, "--no-progress"]
+        status = main([*argv, "--tls-certs", str(cluster.tls)])
         err = capsys.readouterr().err
     finally:
         cluster.stop_worker("mismatched")
@@ -343,7 +349,8 @@ def test_sigterm_cancels_the_tasks_kills_their_kernels_and_leaves_the_rest(clust
     course = _compat_class(compat, tmp_path / "course", slow=True)
     argv = [sys.executable, "-m", "grading", "--course", str(course.root), "autograde", "--no-progress"]
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).parents[1])}
-    run = subprocess.Popen([*argv, "--scheduler", cluster.address], stderr=subprocess.PIPE, text=True, env=env)
+    argv += ["--scheduler", cluster.address, "--tls-certs", str(cluster.tls)]
+    run = subprocess.Popen(argv, stderr=subprocess.PIPE, text=True, env=env)
     try:
         assert wait_for(lambda: bool(marked_processes(MARK)), 120), "the slow cell never started"
         run.send_signal(signal.SIGTERM)
@@ -355,5 +362,144 @@ def test_sigterm_cancels_the_tasks_kills_their_kernels_and_leaves_the_rest(clust
     assert wait_for(lambda: not marked_processes(MARK), 10), "the cancelled task's kernel outlived the run"
     assert not course.folder("autograded", "ps1", "bob").exists(), "an unfinished submission must not look graded"
     again = ["--course", str(course.root), "autograde", "--no-progress", "--scheduler", cluster.address]
+    again += ["--tls-certs", str(cluster.tls)]
     assert main([*again, "--cell-timeout", "2"]) == 0  # the next run grades what was left
     assert (course.folder("autograded", "ps1", "bob") / "problems.ipynb").is_file()
+
+
+def _clients(cluster: DaskCluster) -> set[str]:
+    """The clients the scheduler has now, asked through a client with the course's certificate."""
+    from distributed import Client
+
+    with Client(cluster.address, timeout=30, set_as_default=False, security=cluster.security) as client:
+        return set(client.run_on_scheduler(lambda dask_scheduler: list(dask_scheduler.clients))) - {client.id}
+
+
+def _intrude(address: str, marker: Path, security=None) -> BaseException:
+    """Try to connect and make every worker write ``marker``; the exception that stopped it."""
+    from distributed import Client
+
+    try:
+        with Client(address, timeout=10, set_as_default=False, security=security) as client:
+            client.run(lambda: marker.write_text("ran code on a grading machine"))
+    except Exception as error:  # whatever Dask raises: the test asserts nothing ran
+        return error
+    raise AssertionError(f"a client without the course's certificate connected to {address}")
+
+
+def _handshake_without_certificate(address: str, ca: str) -> BaseException:
+    """Below Dask: a TLS client that trusts the course's authority but offers no certificate of its own."""
+    import socket
+    import ssl
+
+    host, port = address.split("://")[1].rsplit(":", 1)
+    context = ssl.create_default_context(cafile=ca)
+    context.check_hostname = False
+    try:
+        with socket.create_connection((host, int(port)), timeout=10) as raw, context.wrap_socket(raw) as tls:
+            tls.sendall(b"\0" * 8)
+            tls.recv(1)  # TLS 1.3: the server's verdict on the missing certificate arrives after the handshake
+    except (ssl.SSLError, ConnectionError) as error:
+        return error
+    raise AssertionError("the scheduler accepted a TLS connection without a client certificate")
+
+
+def test_without_the_courses_certificate_nothing_connects_and_nothing_runs(cluster, tmp_path):
+    """The scheduler asks every client for a certificate of the course's authority, and checks it."""
+    from distributed.security import Security
+
+    from grading.certificates import security
+
+    before = _clients(cluster)
+    marker = tmp_path / "intruder-was-here"
+    other = tmp_path / "other-course"
+    assert main(["--course", str(tmp_path), "cluster-certs", "--out", str(other)]) == 0
+    ca = str(cluster.tls / "ca.pem")  # the course's authority is public: an intruder may have it
+    mixed = Security(
+        tls_ca_file=ca,
+        tls_client_cert=str(other / "instructor.pem"),
+        tls_client_key=str(other / "instructor-key.pem"),
+        require_encryption=True,
+    )
+    address = cluster.address
+    errors = {
+        "no certificate": _intrude(address, marker),
+        "plain tcp:// to the TLS port": _intrude(address.replace("tls://", "tcp://"), marker),
+        "another authority's certificate": _intrude(address, marker, security(other)),
+        "another authority's certificate, trusting the course's": _intrude(address, marker, mixed),
+        "raw TLS, no certificate": _handshake_without_certificate(address, ca),
+    }
+    for what, error in errors.items():
+        print(f"{what}: {type(error).__name__}: {error}")  # shown with pytest -s
+    assert "does not match" in str(errors["another authority's certificate"])  # the scheduler's is not theirs
+    refusals = [line for line in (cluster.folder / "scheduler.log").read_text().splitlines() if "TLS handshake" in line]
+    print("the scheduler's side:", *refusals, sep="\n  ")
+    assert any("certificate verify failed" in line for line in refusals)  # it checked theirs: not the course's
+    assert any("did not return a certificate" in line.lower() for line in refusals), refusals  # the raw client
+    assert not marker.exists() and _clients(cluster) == before  # no code ran, no client was ever admitted
+
+
+def test_a_plain_tcp_cluster_reachable_from_other_machines_is_refused_even_through_loopback(compat, tmp_path, capsys):
+    """A scheduler on every interface, reached as 127.0.0.1: its own address gives it away."""
+    from distributed.utils import get_ip
+
+    if get_ip().startswith("127."):  # the address a scheduler on every interface gives itself
+        pytest.skip("this machine has no address but loopback")
+    course = _compat_class(compat, tmp_path / "course")
+    with DaskCluster(tmp_path / "open", workers=1, host="0.0.0.0") as open_cluster:
+        port = open_cluster.address.rsplit(":", 1)[1]
+        argv = ["--course", str(course.root), "autograde", "--no-progress", "--scheduler", f"tcp://127.0.0.1:{port}"]
+        assert main(argv) == 1
+    err = capsys.readouterr().err
+    assert "refusing tcp://127.0.0.1" in err and "reachable from other machines" in err, err
+    _nothing_graded(course)
+
+
+def _descendants(pids: set[int]) -> list[int]:
+    """The live (not zombie) processes below ``pids``."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) in pids:
+            continue
+        try:
+            state = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            continue
+        if state != "Z" and _ancestors(int(entry.name)) & pids:
+            found.append(int(entry.name))
+    return found
+
+
+def test_the_coordinator_killed_with_sigkill_leaves_no_kernel_and_nothing_half_written(cluster, compat, tmp_path):
+    course = _compat_class(compat, tmp_path / "course", slow=True)
+    argv = [sys.executable, "-m", "grading", "--course", str(course.root), "autograde", "--no-progress"]
+    argv += ["--scheduler", cluster.address, "--tls-certs", str(cluster.tls)]
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    log = tmp_path / "coordinator.log"
+    with log.open("w") as output:
+        run = subprocess.Popen(argv, stdout=output, stderr=subprocess.STDOUT, env=env)
+    try:
+        assert wait_for(lambda: bool(marked_processes(MARK)), 120), f"no slow cell started: {log.read_text()}"
+        run.kill()  # SIGKILL: the coordinator gets no chance to cancel anything itself
+        run.wait(timeout=30)
+    finally:
+        run.kill()
+    workers = {process.pid for process in cluster.workers.values()}
+    assert wait_for(lambda: not _descendants(workers), 30), f"left running on a worker: {_descendants(workers)}"
+    assert not marked_processes(MARK)
+    finished = [p for p in course.autograded.glob("*/ps1")] if course.autograded.exists() else []
+    assert "bob" not in {p.parent.name for p in finished}, "an unfinished submission must not look graded"
+    with course.gradebook() as gb:
+        for folder in finished:  # a folder in place is a whole grading: every notebook, its grades recorded
+            for name in ("problems", "essay"):
+                if (course.folder("submitted", "ps1", folder.parent.name) / f"{name}.ipynb").exists():
+                    nbformat.validate(nbformat.read(folder / f"{name}.ipynb", as_version=4))
+            grades = gb.find_submission_notebook("problems", "ps1", folder.parent.name).grades
+            assert all(g.auto_score is not None for g in grades if g.cell.name.endswith("tests")), folder
+    again = ["--course", str(course.root), "autograde", "--no-progress", "--scheduler", cluster.address]
+    assert main([*again, "--tls-certs", str(cluster.tls), "--cell-timeout", "2"]) == 0  # grades the rest
+    assert {p.parent.name for p in course.autograded.glob("*/ps1")} == {"alice", "bob", "carol"}
+    assert not any(course.root.rglob(".*.grading"))
+    with course.gradebook() as gb:
+        assert gb.find_submission_notebook("problems", "ps1", "bob").score == 1.0  # as in the worker-killed test
+    cluster.wait_for(2)

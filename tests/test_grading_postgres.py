@@ -1,8 +1,8 @@
 """The gradebook on a PostgreSQL server: every ``course`` step and nbgrader's formgrader on ``postgresql://``.
 
-The test starts a real server of its own (Debian's ``postgresql`` package: ``initdb`` and
-``pg_ctl`` in a temporary folder, as the unprivileged user ``nobody`` when run as root, on a
-free loopback port) and stops it afterwards. The compatibility course
+The test starts a real server of its own (``postgres_server.py``: Debian's ``postgresql``
+package, ``initdb`` and ``pg_ctl`` in a temporary folder, as the unprivileged user ``nobody``
+when run as root, on a free loopback port) and stops it afterwards. The compatibility course
 (``fixtures/grading/compat_course``) goes through ``course release``, ``collect``,
 ``autograde``, manual grading in nbgrader's formgrader (a real Jupyter server, its REST
 API), ``feedback`` and ``export`` with ``CourseDirectory.db_url`` on that server; its
@@ -13,8 +13,6 @@ from __future__ import annotations
 
 import csv
 import json
-import os
-import pwd
 import secrets
 import shutil
 import subprocess
@@ -25,6 +23,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+from postgres_server import MISSING, PostgresServer
 from processes import free_port, stop_process
 
 from grading.autograde import autograde
@@ -43,61 +42,13 @@ pytestmark = pytest.mark.slow_grading
 A = compat_students.ASSIGNMENT
 
 
-def _server_binaries() -> Path | None:
-    """The folder of ``initdb`` and ``pg_ctl``: on PATH, else Debian's newest ``/usr/lib/postgresql/N/bin``."""
-    found = shutil.which("initdb")
-    if found and shutil.which("pg_ctl"):
-        return Path(found).parent
-    versions = [p.parent for p in Path("/usr/lib/postgresql").glob("*/bin/initdb") if (p.parent / "pg_ctl").is_file()]
-    return max(versions, key=lambda p: int(p.parent.name) if p.parent.name.isdigit() else 0, default=None)
-
-
-BIN = _server_binaries()
-needs_server = pytest.mark.skipif(
-    BIN is None or not sys.platform.startswith("linux"),
-    reason="PostgreSQL's server binaries (initdb, pg_ctl) are not installed: "
-    "`apt-get install postgresql` on Debian (.ci/run installs it when missing)",
-)
-
-
-class _Server:
-    """A PostgreSQL server in ``folder``, run as ``nobody`` when we are root (initdb refuses root)."""
-
-    def __init__(self, folder: Path):
-        self.folder = folder
-        self.port = free_port()
-        self.user = pwd.getpwnam("nobody") if os.geteuid() == 0 else None
-
-    def run(self, *argv: str) -> None:
-        owner = {"user": self.user.pw_uid, "group": self.user.pw_gid, "extra_groups": []} if self.user else {}
-        result = subprocess.run(
-            [str(BIN / argv[0]), *argv[1:]], cwd=self.folder, capture_output=True, text=True, timeout=120, **owner
-        )
-        assert result.returncode == 0, f"{argv[0]} failed:\n{result.stdout}\n{result.stderr}"
-
-    def start(self) -> str:
-        (self.folder / "sockets").mkdir()
-        if self.user:
-            for path in (self.folder, self.folder / "sockets"):
-                os.chown(path, self.user.pw_uid, self.user.pw_gid)
-        self.run("initdb", "-D", "data", "-U", "course", "--auth=trust", "--no-sync", "--encoding=UTF8", "--no-locale")
-        options = f"-p {self.port} -k {self.folder / 'sockets'} -c listen_addresses=127.0.0.1 -c fsync=off"
-        self.run("pg_ctl", "-D", "data", "-l", "server.log", "-w", "-t", "60", "-o", options, "start")
-        import psycopg
-
-        with psycopg.connect(f"postgresql://course@127.0.0.1:{self.port}/postgres", autocommit=True) as db:
-            db.execute("CREATE DATABASE gradebook")  # nbgrader creates the tables, not the database
-        return f"postgresql://course:unused-secret@127.0.0.1:{self.port}/gradebook"
-
-    def stop(self) -> None:
-        if (self.folder / "data" / "postmaster.pid").exists():
-            self.run("pg_ctl", "-D", "data", "-m", "fast", "-w", "stop")
+needs_server = pytest.mark.skipif(MISSING is not None, reason=MISSING or "")
 
 
 @pytest.fixture(scope="module")
 def postgres():
     folder = Path(tempfile.mkdtemp(prefix="course-postgres-"))
-    server = _Server(folder)
+    server = PostgresServer(folder)
     try:
         yield server.start()
     finally:
