@@ -20,6 +20,8 @@ modules the notebook uses):
   the variables it closes over, the global names and builtins its code uses, the attributes
   of the modules and classes it reaches, ``__wrapped__``, the virtual subclasses of the
   abstract classes it tests against, and this module's own functions, classes and state.
+  Code a cell left to run before this one in a later kernel (IPython startup and
+  configuration files, the user site-packages) is itself a finding.
   Then it installs an audit hook (``sys.addaudithook``) that keeps the secret (no attribute
   holds it) and decides every verdict: it refuses, and records, any change to the code,
   defaults or keyword defaults of a recorded function, a second audit hook, and opening
@@ -905,7 +907,7 @@ _FUNCTION_ATTRIBUTES = frozenset({"__code__", "__defaults__", "__kwdefaults__"})
 _WATCHED_EVENTS = _FRAME_EVENTS | _GC_EVENTS | {"object.__setattr__", "object.__getattr__", "sys.addaudithook", "open"}
 
 
-def _vault(state: _State, token: str | None):
+def _vault(state: _State, token: str | None, planted: list[str]):
     """The audit hook that holds the secret and decides; nothing outside its closure refers to what it keeps."""
     import _thread
     import hmac
@@ -944,7 +946,7 @@ def _vault(state: _State, token: str | None):
     )
     watched_events, prefix, gc_events, frame_events = _WATCHED_EVENTS, EVENT, _GC_EVENTS, _FRAME_EVENTS
     frame_attributes, function_attributes = _FRAME_ATTRIBUTES, _FUNCTION_ATTRIBUTES
-    refused: list[str] = []  # what the hook refused, reported by every verdict from then on
+    refused: list[str] = list(planted)  # what the hook refused, reported by every verdict from then on
     phase = ["idle"]  # idle -> armed (after check) -> test (the test cell compiled) -> idle (after close)
     test = {"file": None, "pins": [], "hidden": ()}
     owner = [None]  # the thread inside the hook: its own nested events are ignored
@@ -1330,6 +1332,26 @@ def _read_token() -> str | None:
     return token or None
 
 
+def _planted(shell) -> list[str]:
+    """Code a cell left for the next kernel to run before the grader's first cell (after a crash, say)."""
+    import site
+
+    found = []
+    profile = getattr(shell, "profile_dir", None)
+    startup = getattr(profile, "startup_dir", None)
+    if startup and os.path.isdir(startup) and any(name != "README" for name in os.listdir(startup)):
+        found.append("left IPython startup files (code that runs before the grader's)")
+    location = getattr(profile, "location", None)
+    if location and any(
+        os.path.exists(os.path.join(location, f"{name}_config.py")) for name in ("ipython", "ipython_kernel")
+    ):
+        found.append("left an IPython configuration file (code that runs before the grader's)")
+    user_site = site.getusersitepackages() if site.ENABLE_USER_SITE else None
+    if user_site and os.path.isdir(user_site) and os.listdir(user_site):
+        found.append("left files in Python's user site-packages (.pth files run before the grader's code)")
+    return [f"{what} (refused)" for what in found]
+
+
 def install(shell, modules: list[str]) -> None:
     """Record what the tests rely on and install the audit hook that judges it (the grader's first cell)."""
     box: list = []
@@ -1337,7 +1359,7 @@ def install(shell, modules: list[str]) -> None:
     if box:
         raise GradingIntegrityError("the grader's checks were installed twice")
     token = _read_token()
-    sys.addaudithook(_vault(_State(shell, modules), token))
+    sys.addaudithook(_vault(_State(shell, modules), token, _planted(shell)))
 
 
 def _answer(box: list, during: bool = False) -> str:

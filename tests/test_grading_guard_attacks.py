@@ -101,3 +101,8 @@ def test_the_checks_are_no_harder_on_the_right_answers(graded):
     assert not graded["summary"].errors
     full = {g.submission.student for g in graded["summary"].graded if g.score == 4}
     assert full == {name for name, score in attacks.EXPECTED.items() if score == 4}
+
+
+def test_every_case_says_what_it_scored_before():
+    """The table of what the cases scored under the previous guard covers them all (it is measured, not derived)."""
+    assert set(attacks.BEFORE) == set(attacks.EXPECTED)

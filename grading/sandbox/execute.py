@@ -70,6 +70,7 @@ class JailedKernelManager(AsyncKernelManager):
         return [
             *self._jail,
             sys.executable,
+            "-s",  # no user site-packages: a cell could plant a .pth there for the next kernel
             "-m",
             "ipykernel_launcher",
             "-f",
