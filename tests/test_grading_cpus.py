@@ -35,9 +35,10 @@ needs_pressure = pytest.mark.skipif(
 
 def test_what_a_measurement_lacks_is_named():
     gaps = cpus.CpuIsolation().missing()
-    assert len(gaps) == 3
+    assert len(gaps) == 4
     assert any("no CPU of its own" in gap for gap in gaps) and any("normal priority" in gap for gap in gaps)
-    everything = cpus.CpuIsolation(Path("/cpuset"), Path("/cpuacct"), Path("/unified"), realtime=True)
+    assert any("no CPU share per job" in gap for gap in gaps) and any("pressure" in gap for gap in gaps)
+    everything = cpus.CpuIsolation(Path("/cpuset"), None, Path("/unified"), realtime=True, shares=Path("/cpu"))
     assert Protections("root", cpu=everything).missing() == []
     assert "no CPU of its own" in Protections("root", cpu=cpus.CpuIsolation()).describe()
 
@@ -124,6 +125,15 @@ def _burn(seconds: float, cpu: int | None = None) -> list[str]:
     return [sys.executable, "-c", pin + BURN, str(seconds)]
 
 
+def _intruder(seconds: float, cpu: int | None = None) -> subprocess.Popen:
+    """Another user's process: at the root of every cgroup hierarchy (not the test's measurement), burning CPU."""
+    roots = [h for h in (ISOLATION.cpuset, ISOLATION.cpuacct, ISOLATION.pressure, ISOLATION.shares) if h is not None]
+    leave = "".join(f"open({str(root / 'cgroup.procs')!r}, 'w').write(str(os.getpid()))\n" for root in roots)
+    command = _burn(seconds, cpu)
+    command[2] = "import os\n" + leave + command[2]
+    return subprocess.Popen(command)
+
+
 def _pressure(group: Path) -> dict[str, float]:
     """Seconds of CPU pressure of a cgroup v2 group: ``some`` (a task waited) and ``full`` (all waited)."""
     lines = (group / "cpu.pressure").read_text().splitlines()
@@ -157,7 +167,7 @@ def test_another_process_on_the_measured_cpu_disturbs_a_round_and_is_caught(meas
     """Without real-time priority (a machine that refuses it), an outside process pinned there takes half the CPU."""
     start, held = measurement
     plain = dataclasses.replace(held, realtime=False)
-    intruder = subprocess.Popen(_burn(20, held.cpu))  # root, outside any job: it may use that CPU
+    intruder = _intruder(20, held.cpu)  # root, outside any job: it may use that CPU
     try:
         with start(plain) as process:
             process.wait_ready(60)
@@ -192,7 +202,7 @@ def test_a_measurements_own_processes_competing_are_no_disturbance(measurement):
 def test_round_processes_on_a_held_cpu_run_at_real_time_priority_and_an_intruder_barely_gets_in(measurement):
     start, held = measurement
     policy = [sys.executable, "-c", "import os; print(os.sched_getscheduler(0) == os.SCHED_RR)"]
-    intruder = subprocess.Popen(_burn(20))  # unpinned, ordinary priority: another user's work
+    intruder = _intruder(20)  # unpinned, ordinary priority: another user's work
     try:
         with start(held) as process:
             process.wait_ready(60)
@@ -226,3 +236,44 @@ def test_a_round_that_runs_out_of_time_alone_is_the_processes_own_failure():
     finally:
         lease.release()
     assert os.path.isdir("/proc/self")  # (the test ran where it could)
+
+
+# A job's stand-in that burns CPU with ``count`` processes on one CPU for a while and prints their CPU seconds.
+CROWD = """
+import os, resource, sys, time
+from grading.sandbox import cpus
+uid, count, cpu = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
+assert cpus.join_job("root", uid)
+os.setgid(uid)
+os.setuid(uid)
+for _ in range(count):
+    if os.fork() == 0:
+        os.sched_setaffinity(0, {cpu})
+        end = time.monotonic() + 3
+        while time.monotonic() < end:
+            pass
+        os._exit(0)
+for _ in range(count):
+    os.wait()
+print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_utime)
+"""
+
+
+@pytest.mark.skipif(ISOLATION.shares is None or ISOLATION.cpuset is None, reason="no cgroup v1 cpu controller here")
+def test_a_job_with_many_processes_takes_no_more_than_its_share_of_a_cpu():
+    """Twenty spinners in one job, one in another, on the same CPU: each job gets about half of what they get."""
+    lease = SlotLease(2, root=True)
+    crowd, single = (GRADING_UID_BASE + slot for slot in lease.slots)
+    cpu = min(os.sched_getaffinity(0))
+    try:
+        jobs = [
+            subprocess.Popen(
+                [sys.executable, "-c", CROWD, str(uid), str(count), str(cpu)], stdout=subprocess.PIPE, text=True
+            )
+            for uid, count in ((crowd, 20), (single, 1))
+        ]
+        crowd_seconds, single_seconds = (float(job.communicate(timeout=120)[0]) for job in jobs)
+    finally:
+        cpus.leave_jobs(PROTECTIONS.level, [crowd, single])
+        lease.release()
+    assert single_seconds > 0.6 * crowd_seconds, (single_seconds, crowd_seconds)  # without: 1/20 of it

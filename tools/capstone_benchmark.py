@@ -116,8 +116,22 @@ def _answers(nb: nbformat.NotebookNode) -> dict[str, nbformat.NotebookNode]:
     }
 
 
-def _class(tmp: Path, answers: list[str]) -> Course:
-    """A course releasing notebook 12, with a submission per answer (``ANSWERS``) in submitted/."""
+def _strip(source: str) -> str:
+    return re.sub(r"\n?\s*### (BEGIN|END) SOLUTION", "", source)
+
+
+def reference_answer() -> str:
+    """Notebook 12's own answer to exercise 3, as a learner would submit it."""
+    return _strip(_answers(nbformat.read(NOTEBOOK, as_version=4))["ex3_fast_train"].source)
+
+
+def capstone_course(tmp: Path, submissions: dict[str, str], added: dict[str, tuple[str, str]] | None = None) -> Course:
+    """Notebook 12 released into a throwaway course (the referee beside its config), one submission per student.
+
+    Each submission solves exercises 1 and 2 as the notebook does and answers exercise 3 with
+    ``submissions[student]``; ``added[student] = (first, last)`` are code cells the learner
+    added, after the setup cell and at the end (empty: none). Cells may run 120 s.
+    """
     notebooks = tmp / "notebooks"
     notebooks.mkdir()
     shutil.copy(NOTEBOOK, notebooks / NOTEBOOK.name)
@@ -129,20 +143,40 @@ def _class(tmp: Path, answers: list[str]) -> Course:
     name = NOTEBOOK.stem
     released = nbformat.read(course.folder("release", name) / f"{name}.ipynb", as_version=4)
     solved = _answers(nbformat.read(NOTEBOOK, as_version=4))
-    strip = lambda source: re.sub(r"\n?\s*### (BEGIN|END) SOLUTION", "", source)  # noqa: E731
-    variants = {"reference": strip(solved["ex3_fast_train"].source), "compiled": COMPILED, "batching": BATCHING}
-    variants["baseline"] = BASELINE
-    for student, ex3 in ((a, variants[a]) for a in answers):
+    for student, ex3 in submissions.items():
         nb = nbformat.from_dict(json.loads(json.dumps(released)))
         answers = _answers(nb)
         for grade_id in ("ex1_standardize_images", "ex2_train_step"):
-            answers[grade_id].source = strip(solved[grade_id].source)
+            answers[grade_id].source = _strip(solved[grade_id].source)
         answers["ex3_fast_train"].source = ex3
+        first, last = (added or {}).get(student, ("", ""))
+        if last:
+            nb.cells.append(nbformat.v4.new_code_cell(last))
+        if first:
+            setup = next(i for i, c in enumerate(nb.cells) if c.cell_type == "code")
+            nb.cells.insert(setup + 1, nbformat.v4.new_code_cell(first))
         folder = course.folder("submitted", name, student)
         folder.mkdir(parents=True)
         nbformat.write(nb, folder / f"{name}.ipynb")
         (folder / "timestamp.txt").write_text("2026-01-01 12:00:00.000000 UTC")
     return course
+
+
+def _class(tmp: Path, answers: list[str]) -> Course:
+    """A course releasing notebook 12, with a submission per answer (``ANSWERS``) in submitted/."""
+    variants = {"reference": reference_answer(), "compiled": COMPILED, "batching": BATCHING, "baseline": BASELINE}
+    return capstone_course(tmp, {answer: variants[answer] for answer in answers})
+
+
+def report_of(course: Course, student: str) -> tuple[float, str]:
+    """A student's measured cell: its points and everything it shows (the report, or the error)."""
+    name = NOTEBOOK.stem
+    nb = nbformat.read(course.folder("autograded", name, student) / f"{name}.ipynb", as_version=4)
+    cell = next(c for c in nb.cells if c.get("metadata", {}).get("nbgrader", {}).get("grade_id") == TEST_CELL)
+    points = next((o["data"]["text/plain"] for o in cell.outputs if o.get("output_type") == "execute_result"), "0")
+    text = "".join(o.get("text", "") for o in cell.outputs)
+    text += "".join(f"{o['ename']}: {o['evalue']}" for o in cell.outputs if o.get("output_type") == "error")
+    return float(points), text
 
 
 NOT_MEASURED = "NOT MEASURED"  # the referee's report when other work kept taking the measured CPU

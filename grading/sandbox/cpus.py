@@ -7,7 +7,10 @@ Contract. At the ``root`` level (``isolation(level)`` says what this machine off
   ``course-grading/job-<uid>``. Its processes run as the grading user ``uid``, who cannot
   write a cgroup file: they can neither leave the cgroup nor, by ``sched_setaffinity``,
   reach a CPU it lacks (the kernel intersects every affinity with the cpuset's CPUs and
-  moves a task off a CPU its cpuset loses).
+  moves a task off a CPU its cpuset loses). With v1's ``cpu`` controller the job also gets
+  a ``cpu`` cgroup of its own: jobs share the CPUs equally however many processes each runs
+  (150 spinners in one job slow another job's kernel no more than one would), and the
+  grading jobs together weigh what one process per job would.
 * ``reserve(level, slot, uid, wait)``: a measurement takes one CPU for itself: the calling
   process and every round process it starts move into ``course-grading/measure-<uid>``
   (that CPU only), and every job cgroup on the machine, of every grading run, loses that CPU
@@ -15,21 +18,23 @@ Contract. At the ``root`` level (``isolation(level)`` says what this machine off
   CPU for the rest waits its turn (``/run/course-grading/cpus.lock`` orders them
   machine-wide); the wait is not charged to the learner. The round processes also run at
   real-time priority (``SCHED_RR``), so that ordinary processes the grader does not control
-  (the machine's other users, the ``course`` command itself) run elsewhere.
+  (the machine's other users, the ``course`` command itself) run elsewhere; for that the
+  measurement runs in the ``cpu`` hierarchy's root, which holds the real-time budget.
 * ``Ledger``: how long, during an interval, the measurement's processes wanted the CPU while
   something else had it. With a cgroup v2 hierarchy (mounted beside v1 as here, or alone),
-  that is the measurement group's CPU pressure, ``full`` line (kernel's PSI: time when some
-  of the group's tasks waited and none ran; on one CPU, exactly the time others had it), in
-  microseconds; plus what the hypervisor stole from the CPU (``/proc/stat``). A learner's
-  processes waiting for each other (a ``DataLoader``'s workers) are no disturbance: one of
-  the group runs. Real-time priority keeps ordinary tasks off the CPU but for the kernel's
-  fair server (since Linux 6.12, up to 50 ms a second for ordinary tasks stuck there), so
-  that time, exact, is taken off a timed run (``Disturbance.correction``) up to
-  ``CORRECTABLE`` of it; beyond, the run is disturbed. Without PSI the ledger takes
-  ``min(others' CPU time on it, own waiting time)`` (``cpuacct.usage_percpu`` or
-  ``/proc/stat`` against ``/proc/PID/schedstat``), an upper bound that is not taken off
-  anything: a run is disturbed past ``TOLERANCE``, and an answer whose processes both idle
-  and compete with each other on a loaded machine can then read as disturbed.
+  that is the measurement group's CPU pressure, ``full`` line (the kernel's PSI, for cgroups
+  since Linux 5.13: time when some of the group's tasks waited and none ran; on one CPU,
+  exactly the time others had it), in microseconds; plus what the hypervisor stole from the
+  CPU (``/proc/stat``). A learner's processes waiting for each other (a ``DataLoader``'s
+  workers) are no disturbance: one of the group runs. Real-time priority keeps ordinary
+  tasks off the CPU but for the kernel's fair server (since Linux 6.12; RT throttling
+  before: up to 50 ms a second for ordinary tasks stuck there), so that time, exact, is
+  taken off a timed run (``Disturbance.correction``) up to ``CORRECTABLE`` of it; beyond,
+  the run is disturbed. Without PSI the ledger takes ``min(others' CPU time on it, own
+  waiting time)`` (``cpuacct.usage_percpu`` or ``/proc/stat`` against
+  ``/proc/PID/schedstat``), an upper bound that is not taken off anything: a run is
+  disturbed past ``TOLERANCE``, and an answer whose processes both idle and compete with
+  each other on a loaded machine can then read as disturbed.
 
 Below the root level a measurement runs on the slot's CPU without holding it, at normal
 priority, with the ``/proc`` ledger. ``CpuIsolation.missing()`` names what is missing.
@@ -75,9 +80,10 @@ class CpuIsolation:
     """What this machine lets a measurement have (root only): its own CPU, real-time priority, an exact ledger."""
 
     cpuset: Path | None = None  # cgroup v1 cpuset hierarchy: a CPU held for a measurement
-    cpuacct: Path | None = None  # cgroup v1 cpuacct hierarchy: per-CPU usage
+    cpuacct: Path | None = None  # cgroup v1 cpuacct hierarchy (not co-mounted with cpu): per-CPU usage
     pressure: Path | None = None  # a cgroup v2 hierarchy with PSI: the time a group waited for others
-    realtime: bool = False  # SCHED_RR permitted
+    realtime: bool = False  # SCHED_RR permitted (in the cpu hierarchy's root)
+    shares: Path | None = None  # cgroup v1 cpu hierarchy: an equal share of the CPUs per job
 
     def missing(self) -> list[str]:
         """Each protection of a measurement this machine lacks, in words an instructor can act on."""
@@ -92,6 +98,11 @@ class CpuIsolation:
             gaps.append(
                 "measured processes at normal priority (needs root): any load on the machine shares the measured "
                 "CPU; disturbed rounds are measured again, or the test is left for manual grading"
+            )
+        if self.shares is None:
+            gaps.append(
+                "no CPU share per job (needs root and cgroup v1's cpu controller): a kernel that starts many "
+                "processes takes a larger share of the CPUs from the other jobs' kernels"
             )
         if self.pressure is None:
             gaps.append(
@@ -122,7 +133,12 @@ def isolation(level: str) -> CpuIsolation:
     """Probe (once per process) what a measurement can have here at sandbox ``level``."""
     if level != "root" or not sys.platform.startswith("linux") or os.geteuid() != 0 or not _made(LOCK.parent):
         return CpuIsolation()
-    probe = f"import os; os.sched_setscheduler(0, os.SCHED_RR, os.sched_param({REALTIME_PRIORITY}))"
+    shares = _writable(_mount("cgroup", "cpu"), "cpu.shares")
+    cpuacct = _writable(_mount("cgroup", "cpuacct"), "cpuacct.usage_percpu")
+    pressure = _writable(_mount("cgroup2"), "cpu.pressure")
+    # the probe runs where a measurement does: in the cpu hierarchy's root (a child may have no real-time budget)
+    root = f"open({str(shares / 'cgroup.procs')!r}, 'w').write(str(os.getpid())); " if shares else ""
+    probe = f"import os; {root}os.sched_setscheduler(0, os.SCHED_RR, os.sched_param({REALTIME_PRIORITY}))"
     try:
         command = [sys.executable, "-I", "-S", "-c", probe]
         realtime = subprocess.run(command, capture_output=True, timeout=20).returncode == 0
@@ -130,9 +146,10 @@ def isolation(level: str) -> CpuIsolation:
         realtime = False
     return CpuIsolation(
         _writable(_mount("cgroup", "cpuset"), "cpuset.cpus", "cpuset.effective_cpus"),
-        _writable(_mount("cgroup", "cpuacct"), "cpuacct.usage_percpu"),
-        _writable(_mount("cgroup2"), "cpu.pressure"),
+        None if cpuacct is not None and cpuacct == shares else cpuacct,  # co-mounted: its groups lack real time
+        pressure if pressure is not None and "full " in _read(pressure / "cpu.pressure") else None,  # Linux >= 5.13
         realtime,
+        shares,
     )
 
 
@@ -255,29 +272,47 @@ def _rebalance(parent: Path, keep: Path | None = None) -> set[int]:
     return held
 
 
+def _share(shares: Path, keep: Path | None = None) -> Path:
+    """``course-grading`` in the cpu hierarchy, weighing one process per job; stale job groups go. Lock held."""
+    parent = shares / PARENT
+    parent.mkdir(exist_ok=True)
+    jobs = [g for g in sorted(parent.glob("job-*")) if g == keep or not (_empty(g) and _remove(g))]
+    _write(parent / "cpu.shares", str(1024 * max(1, len(jobs))))
+    return parent
+
+
 def join_job(level: str, uid: int) -> bool:
     """Move this grading worker (and what it starts from now on) into ``job-<uid>``; whether it could."""
-    cpuset = isolation(level).cpuset
-    if cpuset is None:
+    iso = isolation(level)
+    if iso.cpuset is None and iso.shares is None:
         return False
     with _locked():
-        parent = _cpuset_parent(cpuset)
-        group = _cpuset_group(parent, f"job-{uid}", parse_cpus(_read(parent / "cpuset.cpus")))
-        _rebalance(parent, keep=group)  # before it holds anything: it loses every CPU a measurement holds
-        _enter(group)
+        if iso.cpuset is not None:
+            parent = _cpuset_parent(iso.cpuset)
+            group = _cpuset_group(parent, f"job-{uid}", parse_cpus(_read(parent / "cpuset.cpus")))
+            _rebalance(parent, keep=group)  # before it holds anything: it loses every CPU a measurement holds
+            _enter(group)
+        if iso.shares is not None:
+            group = iso.shares / PARENT / f"job-{uid}"
+            (iso.shares / PARENT).mkdir(exist_ok=True)
+            group.mkdir(exist_ok=True)
+            _share(iso.shares, keep=group)
+            _enter(group)
     return True
 
 
 def leave_jobs(level: str, uids: Iterable[int]) -> None:
     """Remove the (now empty) cgroups of a pool's grading users; called when its workers are gone."""
     iso = isolation(level)
-    if iso.cpuset is None:
-        return
     with _locked():
-        parent = _cpuset_parent(iso.cpuset)
-        for uid in uids:
-            _remove(parent / f"job-{uid}", wait=1.0)
-        _rebalance(parent)
+        for hierarchy in (iso.cpuset, iso.shares):
+            if hierarchy is not None and (hierarchy / PARENT).is_dir():
+                for uid in uids:
+                    _remove(hierarchy / PARENT / f"job-{uid}", wait=1.0)
+        if iso.cpuset is not None:
+            _rebalance(_cpuset_parent(iso.cpuset))
+        if iso.shares is not None:
+            _share(iso.shares)
 
 
 @dataclass(frozen=True)
@@ -338,6 +373,8 @@ def reserve(level: str, slot: int, uid: int | None, wait: float) -> Iterator[Res
                 groups = {}  # hierarchy -> (this measurement's group, where this process was)
                 if held is not None:
                     groups[iso.cpuset] = (held, _own_group(iso.cpuset, "cpuset"))  # type: ignore[index]
+                    if iso.shares is not None:  # real time is budgeted in the cpu hierarchy's root
+                        groups[iso.shares] = (iso.shares, _own_group(iso.shares, "cpu"))
                 for hierarchy, controller in ((iso.cpuacct, "cpuacct"), (iso.pressure, "")):
                     if hierarchy is not None:
                         (hierarchy / PARENT).mkdir(exist_ok=True)
@@ -365,11 +402,14 @@ def reserve(level: str, slot: int, uid: int | None, wait: float) -> Iterator[Res
     finally:
         with _locked():  # back where this process was (a worker: its job's cgroup, recreated if pruned meanwhile)
             for hierarchy, (group, back) in groups.items():
-                if hierarchy == iso.cpuset and back.parent == held.parent and not back.is_dir():  # type: ignore[union-attr]
-                    _cpuset_group(back.parent, back.name, parse_cpus(_read(back.parent / "cpuset.cpus")))
-                    _rebalance(back.parent, keep=back)
+                if back.parent.name == PARENT and not back.is_dir():  # a job's group, pruned while it was empty
+                    back.mkdir()
+                    if hierarchy == iso.cpuset:
+                        _write(back / "cpuset.mems", _read(back.parent / "cpuset.mems").strip())
+                        _rebalance(back.parent, keep=back)
                 _enter(back)
-                _remove(group, wait=2.0)
+                if group != hierarchy:  # (the cpu hierarchy's root stays)
+                    _remove(group, wait=2.0)
             if held is not None:
                 _rebalance(held.parent)
 
