@@ -455,19 +455,29 @@ def test_a_plain_tcp_cluster_reachable_from_other_machines_is_refused_even_throu
     _nothing_graded(course)
 
 
-def _descendants(pids: set[int]) -> list[int]:
-    """The live (not zombie) processes below ``pids``."""
-    found = []
+def _running_below(pids: set[int]) -> list[str]:
+    """The live (not zombie) processes below ``pids`` other than idle grading workers, by command line.
+
+    A Dask worker thread keeps its grading worker process for its next task, as a local pool
+    keeps its workers; anything else below a Dask worker (a kernel, what it started, a
+    grading worker with children) is a job still running.
+    """
+    found, parents = {}, {}
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit() or int(entry.name) in pids:
             continue
         try:
-            state = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0]
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+            command = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace").strip()
         except OSError:
             continue
-        if state != "Z" and _ancestors(int(entry.name)) & pids:
-            found.append(int(entry.name))
-    return found
+        if fields[0] != "Z" and _ancestors(int(entry.name)) & pids:
+            found[int(entry.name)] = command
+            parents[int(entry.name)] = int(fields[1])
+    busy = set(parents.values())
+    return [
+        f"{pid}: {command}" for pid, command in found.items() if "grading.sandbox.worker" not in command or pid in busy
+    ]
 
 
 def test_the_coordinator_killed_with_sigkill_leaves_no_kernel_and_nothing_half_written(cluster, compat, tmp_path):
@@ -485,7 +495,7 @@ def test_the_coordinator_killed_with_sigkill_leaves_no_kernel_and_nothing_half_w
     finally:
         run.kill()
     workers = {process.pid for process in cluster.workers.values()}
-    assert wait_for(lambda: not _descendants(workers), 30), f"left running on a worker: {_descendants(workers)}"
+    assert wait_for(lambda: not _running_below(workers), 30), f"left running on a worker: {_running_below(workers)}"
     assert not marked_processes(MARK)
     finished = [p for p in course.autograded.glob("*/ps1")] if course.autograded.exists() else []
     assert "bob" not in {p.parent.name for p in finished}, "an unfinished submission must not look graded"
