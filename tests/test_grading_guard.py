@@ -8,6 +8,12 @@ compared with another of its kind) that must still pass, also after libraries ho
 the kernel (matplotlib's inline backend, ``torch.set_default_device``). Then a
 ``TorchFunctionMode`` and an event callback of the submission's own are caught by the guard
 and every later test fails.
+
+A second kernel (no torch) checks what the code under test can read of a hidden test while
+it runs and after it (the test's variables through ``globals()``, ``In``, ``linecache``, the
+kernel's request, IPython's record of the cell: nothing of its hidden lines), that a test's
+value is still nbgrader's partial credit (unless it ends in ``;``) and its variables are left
+in the namespace, and that replacing the code of the guard's own functions is refused.
 """
 
 from __future__ import annotations
