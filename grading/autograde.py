@@ -45,6 +45,7 @@ from __future__ import annotations
 
 import contextlib
 import fnmatch
+import functools
 import os
 import shutil
 import time
@@ -84,8 +85,9 @@ class Submission:
     assignment: str
     folder: Path
 
-    @property
+    @functools.cached_property
     def notebooks(self) -> list[str]:
+        """The submitted notebooks' names (read once: a run asks several times)."""
         return Course.notebook_names(self.folder)
 
     @property
@@ -403,6 +405,7 @@ class _Run:
         self.pending: dict[Submission, _State] = {}
         self.sent: dict[str, _Sent] = {}  # task key -> the notebook in the pool
         self.outcomes: list[tuple[Submission, str, Outcome]] = []  # graded, for the next batch
+        self.first_outcome = 0.0  # when the oldest of them came
         self.remote = hasattr(pool, "submit_notebook")  # a cluster: portable recipes go whole to the workers
         self.clock = _Clock()
         self._keys = 0
@@ -453,7 +456,7 @@ class _Run:
             return
         prepared, task = pipeline.prepare(job, recipe, self.course.db_url, self.course.root)
         if task is None:
-            self.outcomes.append((sub, name, self.finish(prepared, None, recipe, job)))
+            self._graded(sub, name, self.finish(prepared, None, recipe, job))
             return
         self.sent[key] = _Sent(sub, name, job, recipe, prepared)
         self.pool.submit(key, {**task, "files": files})
@@ -472,13 +475,30 @@ class _Run:
             if prepared is None:  # the worker's whole task failed: prepare here to fail every test, as locally
                 prepared, _ = pipeline.prepare(sent.job, sent.recipe, self.course.db_url, self.course.root)
             outcome = self.finish(prepared, result, sent.recipe, sent.job)
-        self.outcomes.append((sent.sub, sent.name, outcome))
+        self._graded(sent.sub, sent.name, outcome)
+
+    def _graded(self, sub: Submission, name: str, outcome: Outcome) -> None:
+        if not self.outcomes:
+            self.first_outcome = time.monotonic()
+        self.outcomes.append((sub, name, outcome))
 
     # -- a batch into the gradebook and autograded/ -----------------------------------------------
 
-    def flush(self) -> None:
-        """Merge the graded notebooks into the gradebook (one transaction), write them, complete the submissions."""
+    def patience(self) -> float | None:
+        """How long to wait for more results before the graded ones must be flushed (None: as long as it takes)."""
         if not self.outcomes:
+            return None
+        return max(0.0, self.first_outcome + _BATCH_SECONDS - time.monotonic())
+
+    def flush(self, final: bool = True) -> None:
+        """Merge the graded notebooks into the gradebook (one transaction), write them, complete the submissions.
+
+        Unless ``final``, a batch waits to be full (``_BATCH``) or ``_BATCH_SECONDS`` old: a
+        transaction per few notebooks was most of the coordinator's work.
+        """
+        if not self.outcomes:
+            return
+        if not final and len(self.outcomes) < _BATCH and time.monotonic() < self.first_outcome + _BATCH_SECONDS:
             return
         batch, self.outcomes = self.outcomes, []
         with self.clock.phase("record"):
@@ -560,12 +580,12 @@ def _with_more_notes(outcome: Outcome, more: list[str]) -> str:
     return nbformat.writes(nb)
 
 
-def _ready(pool, block: bool) -> list[tuple[str, object]]:
-    """The results the pool has now (waiting for a first one when ``block``)."""
+def _ready(pool, timeout: float | None) -> list[tuple[str, object]]:
+    """The results the pool has, waiting up to ``timeout`` seconds for a first one (None: until one comes)."""
     if hasattr(pool, "ready"):
-        return pool.ready(block)
+        return pool.ready(timeout)
     found = []
-    item = pool.next_result(None if block else 0)
+    item = pool.next_result(timeout)
     while item is not None:
         found.append(item)
         item = pool.next_result(0)
@@ -608,6 +628,8 @@ def autograde(
 
 
 _CHUNK = 64  # submissions recorded in one transaction before their notebooks are sent
+_BATCH = 200  # a batch of graded notebooks is written once it holds this many (one transaction)...
+_BATCH_SECONDS = 1.0  # ...or once its oldest has waited this long
 
 
 def _autograde(course, pool, limits, selection, progress) -> Summary:
@@ -634,16 +656,16 @@ def _autograde(course, pool, limits, selection, progress) -> Summary:
                     run.send(sub, name)
             run.complete([sub for sub in chunk if run.pending[sub].left == 0])  # nothing to grade in them
             with clock.phase("receive"):
-                for key, result in _ready(pool, block=False):
+                for key, result in _ready(pool, 0):
                     run.receive(key, result)
-            run.flush()
+            run.flush(final=False)
         while run.sent:
             with clock.phase("wait"):
-                ready = _ready(pool, block=True)
+                ready = _ready(pool, run.patience())
             with clock.phase("receive"):
                 for key, result in ready:
                     run.receive(key, result)
-            run.flush()
+            run.flush(final=not run.sent)
         run.flush()
     summary.uids = pool.uids
     bar.close()

@@ -61,6 +61,7 @@ import shutil
 import sys
 import tempfile
 import threading
+import time
 import zipfile
 from collections.abc import Iterator
 from pathlib import Path, PurePosixPath
@@ -90,6 +91,7 @@ PACKAGES = (
 
 _SCATTER_BYTES = 1 << 20  # files larger than this go to the cluster once per submission, not inside each task
 _POLL_SECONDS = 0.5  # how often a running task looks whether it was cancelled
+_READY_POLL = 0.02  # how often the coordinator looks for finished tasks while it may not block
 _LEVELS = ("none", "userns", "root")  # weakest first
 
 
@@ -666,19 +668,27 @@ class ClusterPool:
     def results(self) -> Iterator[tuple[str, dict]]:
         """(task id, result) of every submitted job, as they finish, each once."""
         while self._pending:
-            yield from self.ready(block=True)
+            yield from self.ready()
 
-    def ready(self, block: bool) -> list[tuple[str, Any]]:
-        """(task id, result) of the jobs finished now (waiting for one when ``block``), each once.
+    def ready(self, timeout: float | None = None) -> list[tuple[str, Any]]:
+        """(task id, result) of the jobs finished, each once: waiting up to ``timeout`` s for a first (None: for ever).
 
         The finished tasks' results are fetched together (one request per worker), not one
         by one: at a thousand notebooks a minute the round trips were the coordinator's work.
         """
-        if not self._pending or (not block and not self._completed.has_ready()):
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while self._pending and not self._completed.has_ready():
+            if deadline is not None and time.monotonic() >= deadline:
+                return []
+            time.sleep(_READY_POLL)
+        if not self._pending:
             return []
         batch = [f for f in self._completed.next_batch(block=True) if f.key in self._ids]
         done = [f for f in batch if f.status == "finished"]
-        values = dict(zip([f.key for f in done], self._client.gather(done, errors="skip"), strict=False))
+        try:
+            values = dict(zip([f.key for f in done], self._client.gather(done), strict=True))
+        except Exception:  # a result lost meanwhile (its worker died): each future says what happened to it
+            values = {}
         found = []
         for future in batch:
             task_id = self._ids.pop(future.key)

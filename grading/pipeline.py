@@ -175,11 +175,13 @@ def snapshot_gradebook(gb: Any, assignment: str) -> bytes:
     worker opens it with nbgrader's own ``Gradebook``, as those preprocessors do.
     """
     from nbgrader.api import Gradebook
+    from sqlalchemy import text
 
     record = gb.find_assignment(assignment)
     with tempfile.TemporaryDirectory(prefix="course-snapshot-") as folder:
         path = Path(folder) / "gradebook.db"
         with Gradebook(f"sqlite:///{path}") as snap:
+            snap.db.execute(text("PRAGMA synchronous = OFF"))  # a scratch file: no fsync for each of its commits
             snap.update_or_create_assignment(assignment, duedate=record.duedate)
             for nb in record.notebooks:
                 snap.update_or_create_notebook(nb.name, assignment, kernelspec=nb.kernelspec)
