@@ -18,6 +18,10 @@ every kernel (and redo the probe) for every submission.
 ``torch_log_warnings`` collects what torch's own loggers report at warning level inside a
 block (a graph break's hint, the recompile limit being hit) instead of letting it reach
 stderr as log lines, so that a notebook prints what was reported as part of the lesson.
+``count_inductor_kernels`` counts what the code Inductor generates inside a block calls: the
+kernels of a library (cuBLAS or oneDNN matrix products, Inductor's "extern" calls) and the
+kernels Inductor generated itself (Triton or C++), compiling in a fresh, empty cache so that
+nothing is loaded instead of generated.
 First written out in notebook 11 ("Fuse and compile with torch.compile").
 """
 
@@ -37,6 +41,8 @@ import torch
 __all__ = [
     "FALLBACK_BACKEND",
     "InductorStatus",
+    "KernelCounts",
+    "count_inductor_kernels",
     "find_cpp_compiler",
     "inductor_status",
     "install_hint",
@@ -235,3 +241,39 @@ def torch_log_warnings(level: int = logging.WARNING) -> Iterator[list[str]]:
     finally:
         for handler in handlers:
             handler.removeFilter(collect)
+
+
+@dataclass
+class KernelCounts:
+    """What the code Inductor generated calls, summed over the graphs compiled in a block."""
+
+    library_calls: int = 0
+    """Calls to kernels of a library (Inductor's "extern" calls: cuBLAS or oneDNN matrix products)."""
+    generated: int = 0
+    """Kernels Inductor generated itself: Triton kernels on a GPU, C++ loops on a CPU."""
+
+
+@contextmanager
+def count_inductor_kernels() -> Iterator[KernelCounts]:
+    """Count the kernels that the code Inductor generates inside the block calls; filled when the block ends.
+
+    The counts come from Inductor's own bookkeeping while it generates code:
+    ``counters["inductor"]["extern_calls"]`` (one per call to a library kernel, in
+    ``Scheduler.codegen_extern_call``) and ``torch._inductor.metrics.generated_kernel_count``.
+    A graph found in Inductor's on-disk caches is loaded instead of generated and would count
+    nothing, so the block runs in ``torch._inductor.utils.fresh_cache()``: a new, empty cache
+    folder, deleted at the end. Compile and call the model inside the block (Inductor generates
+    code at the first call); what was compiled there keeps working after it. Counts assume
+    Inductor's default Python wrapper: with ``cpp_wrapper`` it generates code twice and resets
+    its metrics in between.
+    """
+    from torch._dynamo.utils import counters
+    from torch._inductor import metrics
+    from torch._inductor.utils import fresh_cache
+
+    counts = KernelCounts()
+    library_before, generated_before = counters["inductor"]["extern_calls"], metrics.generated_kernel_count
+    with fresh_cache():
+        yield counts
+    counts.library_calls = counters["inductor"]["extern_calls"] - library_before
+    counts.generated = metrics.generated_kernel_count - generated_before

@@ -10,8 +10,10 @@ import sys
 import pytest
 import torch
 
+from course_utils import MLP
 from course_utils.compile import (
     FALLBACK_BACKEND,
+    count_inductor_kernels,
     find_cpp_compiler,
     inductor_status,
     install_hint,
@@ -141,3 +143,23 @@ def test_torch_log_warnings_passes_lower_levels_and_other_loggers():
             logger.removeHandler(handler)
     assert logged == ["first line: second line"]
     assert received == ["an info record", "not torch's", "after the block"]
+
+
+def test_count_inductor_kernels_counts_library_calls_and_generated_kernels_of_a_compiled_mlp():
+    """Linear, ReLU, Linear on a CPU: an addmm call to the library per Linear, one generated loop for the ReLU."""
+    status = inductor_status("cpu", environ={})  # also runs the vector probe now, in the usual cache, once
+    if not status.ready:
+        pytest.skip(status.message)
+    torch.compiler.reset()
+    torch.manual_seed(0)
+    model, x = MLP(8, 2, hidden=8, depth=1).eval(), torch.randn(4, 8)
+    with torch.no_grad():
+        with count_inductor_kernels() as counts:
+            compiled = torch.compile(model, backend="inductor")
+            compiled(x)
+        assert (counts.library_calls, counts.generated) == (2, 1)
+        torch.testing.assert_close(compiled(x), model(x))  # still runs once its cache folder is gone
+        with count_inductor_kernels() as again:  # nothing compiled in this block
+            compiled(x)
+    torch.compiler.reset()
+    assert (again.library_calls, again.generated) == (0, 0)
