@@ -20,6 +20,7 @@ back a result for other inputs fail correctness and score 0.
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import re
 import site
@@ -30,8 +31,9 @@ from pathlib import Path
 
 import nbformat
 import pytest
+from test_grading_cpus import needs_pressure, start_intruder
 
-from grading.measure import Rounds, answers_of
+from grading.measure import Rounds, Verdict, answers_of
 from grading.sandbox.cpus import reserve
 from grading.sandbox.protections import GRADING_UID_BASE, Limits, SlotLease, detect
 from grading.sandbox.rounds import starter
@@ -116,7 +118,7 @@ def fast_train(task, device):
 ''',
     # Before: 34.6x with batching alone (the issue); with the baseline's loop twice over, as here, 3.4x, 6 of 10 points.
     "hook that slows the baseline's model": SLOW_CORE
-    + '''
+    + """
 import time
 from torch.nn.modules.module import register_module_forward_pre_hook
 
@@ -127,10 +129,10 @@ def _slow_theirs(module, args):
 
 
 register_module_forward_pre_hook(_slow_theirs)
-''',
+""",
     # Before: 331.1x, 10 of 10 points.
     "thread holding the GIL while slow_train runs": SLOW_CORE
-    + '''
+    + """
 import sys
 import threading
 import time
@@ -152,10 +154,10 @@ def _hog():
 
 
 threading.Thread(target=_hog, daemon=True).start()
-''',
+""",
     # Before: 3.3x, 6 of 10 points.
     "DigitsPixels.__getitem__ patched": SLOW_CORE
-    + '''
+    + """
 import time
 
 _getitem = DigitsPixels.__getitem__
@@ -168,10 +170,10 @@ def _slow_getitem(self, index):
 
 
 DigitsPixels.__getitem__ = _slow_getitem
-''',
+""",
     # Before: 7.0x, 10 of 10 points.
     "torch.tanh patched": SLOW_CORE
-    + '''
+    + """
 import time
 
 _tanh = torch.tanh
@@ -184,9 +186,9 @@ def _slow_tanh(*args, **kwargs):
 
 
 torch.tanh = _slow_tanh
-''',
+""",
     # Before: "speedup 1.0x -> points 10" (the issue).
-    "scoring rebound": '''
+    "scoring rebound": """
 import course_utils.capstone as capstone
 
 capstone.speed_points = lambda ratio: 8
@@ -197,10 +199,10 @@ capstone.CORRECTNESS_POINTS = 10
 def fast_train(task, device):
     slow_train(task, device)  # twice: half the baseline's speed
     return slow_train(task, device)
-''',
+""",
     # Before: 5.6x, 10 of 10 points.
     "clock bent while the baseline is timed": SLOW_CORE
-    + '''
+    + """
 import sys
 import time
 
@@ -218,10 +220,10 @@ def _bent_clock():
 
 
 time.perf_counter = _bent_clock
-''',
+""",
     # Before: 0.5x, 2 of 10 points: no gain, the baseline ran in the same process with the same threads.
     "more threads and every core": SLOW_CORE
-    + '''
+    + """
 import os
 
 os.environ["OMP_NUM_THREADS"] = "64"
@@ -230,7 +232,7 @@ try:
     os.sched_setaffinity(0, range(os.cpu_count() or 1))
 except OSError:
     pass  # refused in the grader's processes
-''',
+""",
     # Before: at the userns and none levels, a .pth written into the environment ran in every
     # later Python process of the instructor's, the grader included; now the environment is read-only.
     "a .pth planted for later processes": SLOW_CORE
@@ -247,7 +249,7 @@ for folder in site.getsitepackages() + [sys.prefix]:
         pass
 """,
     # Before: 14.6x, 10 of 10 points (task.data() ignored the seed, so the images could be standardised once).
-    "standardised images cached": '''
+    "standardised images cached": """
 from course_utils.capstone import STD_EPS
 
 _pixels, _labels = GRADED_TASK.data()
@@ -266,18 +268,18 @@ def fast_train(task, device):
         optimizer.step()
         losses[step] = loss.detach()
     return model, losses
-''',
+""",
     # Before: 57012.3x, 10 of 10 points (the rounds' seeds were 1 + r: every result could be trained in advance).
-    "results trained in advance": '''
+    "results trained in advance": """
 _ANSWERS = {seed: slow_train(replace(GRADED_TASK, seed=seed)) for seed in range(6)}
 
 
 def fast_train(task, device):
     return _ANSWERS[task.seed % 6]
-''',
+""",
     # No equivalent before (there was no protocol): a result for other inputs, written into the
     # grader's pipe before the timed task has even arrived.
-    "result written before the task arrives": '''
+    "result written before the task arrives": """
 import os
 import stat
 import struct
@@ -310,10 +312,10 @@ def fast_train(task, device):
         threading.Thread(target=_send_early, daemon=True).start()
         return _early["result"]
     time.sleep(3600)  # the grader already has "the result"
-''',
+""",
     # No equivalent before: bytes that are not a message, written into the grader's pipe.
     "garbage written into the grader's pipe": SLOW_CORE
-    + '''
+    + """
 import os
 import stat
 import threading
@@ -336,7 +338,7 @@ _train = fast_train
 def fast_train(task, device):
     threading.Thread(target=_garble, daemon=True).start()
     return _train(task, device)
-''',
+""",
 }
 """Exploits that still train each task correctly: 2 points, no speed points."""
 STILL_CORRECT = {
@@ -358,10 +360,12 @@ def solutions() -> dict[str, str]:
     return answers_of(nbformat.read(NOTEBOOK, as_version=4), ANSWER_IDS)
 
 
-def grade(answers: dict[str, str], rounds: int = 1):
+def grade(answers: dict[str, str], rounds: int = 1, *, disturbed: bool = False):
     """The referee's verdict (or the AssertionError that fails the test) on ``answers``, in ``rounds`` rounds.
 
-    As a grading worker measures: on a leased slot's CPU, held for the measurement.
+    As a grading worker measures: on a leased slot's CPU, held for the measurement. With
+    ``disturbed``, as on a machine that refuses real-time priority while another user's
+    process is pinned to that CPU.
     """
     protections = detect()
     root = protections.level == "root"
@@ -375,11 +379,18 @@ def grade(answers: dict[str, str], rounds: int = 1):
         ):
             base = Path(tmp)
             base.chmod(0o711)
+            if disturbed:
+                held = dataclasses.replace(held, realtime=False)
+                burner = start_intruder(600, held.cpu)
             start = starter(protections, Limits(), [], slot, base, held)
             try:
                 return capstone_referee.referee(Rounds(answers, start, time.monotonic() + 600, held.describe()))
             except AssertionError as failure:
                 return failure
+            finally:
+                if disturbed:
+                    burner.kill()
+                    burner.wait()
     finally:
         capstone_referee.ROUNDS = before
         lease.release()
@@ -411,3 +422,13 @@ def test_an_answer_that_needs_a_cell_of_the_notebook_says_so(solutions):
     outcome = grade({**solutions, "ex3_fast_train": needs_task})
     assert isinstance(outcome, AssertionError)
     assert "NameError: name 'task' is not defined" in str(outcome) and "in the grader's process" in str(outcome)
+
+
+@needs_pressure
+def test_a_measurement_other_work_keeps_disturbing_keeps_its_correctness_points_and_says_so(solutions):
+    """Every timed run loses half its CPU to another user's process: not measured, never the learner's failure."""
+    outcome = grade(solutions, rounds=5, disturbed=True)
+    assert isinstance(outcome, Verdict), outcome
+    assert outcome.needs_manual_grade and outcome.points == 2, outcome.report
+    assert "correct: " in outcome.report and "speed: NOT MEASURED" in outcome.report
+    assert "measured again (6 timed runs)" in outcome.report and "other work took" in outcome.report

@@ -125,7 +125,7 @@ def _burn(seconds: float, cpu: int | None = None) -> list[str]:
     return [sys.executable, "-c", pin + BURN, str(seconds)]
 
 
-def _intruder(seconds: float, cpu: int | None = None) -> subprocess.Popen:
+def start_intruder(seconds: float, cpu: int | None = None) -> subprocess.Popen:
     """Another user's process: at the root of every cgroup hierarchy (not the test's measurement), burning CPU."""
     roots = [h for h in (ISOLATION.cpuset, ISOLATION.cpuacct, ISOLATION.pressure, ISOLATION.shares) if h is not None]
     leave = "".join(f"open({str(root / 'cgroup.procs')!r}, 'w').write(str(os.getpid()))\n" for root in roots)
@@ -167,7 +167,7 @@ def test_another_process_on_the_measured_cpu_disturbs_a_round_and_is_caught(meas
     """Without real-time priority (a machine that refuses it), an outside process pinned there takes half the CPU."""
     start, held = measurement
     plain = dataclasses.replace(held, realtime=False)
-    intruder = _intruder(20, held.cpu)  # root, outside any job: it may use that CPU
+    intruder = start_intruder(20, held.cpu)  # root, outside any job: it may use that CPU
     try:
         with start(plain) as process:
             process.wait_ready(60)
@@ -202,7 +202,7 @@ def test_a_measurements_own_processes_competing_are_no_disturbance(measurement):
 def test_round_processes_on_a_held_cpu_run_at_real_time_priority_and_an_intruder_barely_gets_in(measurement):
     start, held = measurement
     policy = [sys.executable, "-c", "import os; print(os.sched_getscheduler(0) == os.SCHED_RR)"]
-    intruder = _intruder(20)  # unpinned, ordinary priority: another user's work
+    intruder = start_intruder(20)  # unpinned, ordinary priority: another user's work
     try:
         with start(held) as process:
             process.wait_ready(60)
@@ -277,3 +277,22 @@ def test_a_job_with_many_processes_takes_no_more_than_its_share_of_a_cpu():
         cpus.leave_jobs(PROTECTIONS.level, [crowd, single])
         lease.release()
     assert single_seconds > 0.6 * crowd_seconds, (single_seconds, crowd_seconds)  # without: 1/20 of it
+
+
+def test_without_cgroups_the_ledger_reads_proc_and_still_sees_an_intruder():
+    """The userns and none levels: no held CPU, no pressure; /proc/stat against the round processes' schedstat."""
+    cpu = max(os.sched_getaffinity(0))
+    unheld = cpus.Reservation(cpu)  # what `reserve` gives below the root level
+    intruder = start_intruder(20, cpu)
+    try:
+        with tempfile.TemporaryDirectory(prefix="cpus-test-") as tmp:
+            start = starter(Protections("none"), Limits(), [], 0, Path(tmp), unheld)
+            with start({"entry": ECHO}, "answer") as process:
+                process.wait_ready(60)
+                with pytest.raises(Disturbed) as caught:
+                    process.round({"run": _burn(0.6)}, timeout=60)
+    finally:
+        intruder.kill()
+        intruder.wait()
+    disturbance = caught.value.disturbance
+    assert not disturbance.exact and disturbance.share > 0.2, disturbance

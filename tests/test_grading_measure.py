@@ -8,6 +8,7 @@ whose kernel must not run that cell.
 from __future__ import annotations
 
 import os
+import subprocess
 import sys
 import tempfile
 import time
@@ -18,7 +19,7 @@ import pytest
 from nbformat.v4 import new_code_cell, new_notebook
 from nbgrader.utils import determine_grade
 
-from grading.measure import Verdict, apply_verdict, find_measured, measured_tests
+from grading.measure import Verdict, apply_verdict, find_measured, measured_tests, unmeasured
 from grading.sandbox.cpus import reserve
 from grading.sandbox.protections import GRADING_UID_BASE, Limits, SlotLease, detect
 from grading.sandbox.rounds import RoundError, starter
@@ -115,7 +116,7 @@ def test_what_goes_wrong_in_a_round_process_reaches_the_grader(start):
             process.round({"sleep": 5}, timeout=1)
 
 
-REFEREE = '''
+REFEREE = """
 from grading.measure import Verdict
 
 
@@ -126,7 +127,7 @@ def referee(rounds):
     text = message.arrays["payload"][2].decode()
     assert "def f" in text, "no f in the answer"
     return Verdict(2, "measured outside: the answer defines f")
-'''
+"""
 TEST_CELL = """# course: measure echo_referee answer
 raise RuntimeError("the kernel ran a measured test")
 """
@@ -215,3 +216,63 @@ def test_validate_gives_the_learner_the_graders_measurement_and_verdict(tmp_path
     nbformat.write(learner, mine)
     result = validate(mine, course, Limits(cell_timeout=60), PROTECTIONS)
     assert "measured outside: the answer defines f" in result.cells[0].message  # the release's cell is graded
+
+
+UNMEASURED_REFEREE = """
+from grading.measure import Verdict
+
+
+def referee(rounds):
+    with rounds.start({"entry": "grading.sandbox.rounds:echo"}, "answer") as process:
+        process.wait_ready(60)
+        _, message = process.round({"payload": rounds.answers["answer"]}, timeout=30)
+    assert "def f" in message.arrays["payload"][2].decode(), "no f in the answer"
+    return Verdict(1, "correct -> 1 point; speed: NOT MEASURED, left to your instructor", needs_manual_grade=True)
+"""
+
+
+def test_a_test_it_could_not_measure_keeps_its_points_and_waits_for_the_instructor(tmp_path):
+    """A referee's needs_manual_grade verdict, graded by `course autograde`: its points, the flag, a grader note."""
+    from nbgrader.api import Gradebook
+
+    from grading.coursedir import Course
+    from grading.release import release
+
+    notebooks = tmp_path / "notebooks"
+    notebooks.mkdir()
+    solution = "def f():\n    ### BEGIN SOLUTION\n    return 1\n    ### END SOLUTION"
+    nbformat.write(_measured_notebook(solution), notebooks / "01_measured.ipynb")
+    course = Course(root=tmp_path / "course", notebooks=notebooks)
+    course.root.mkdir()
+    (course.root / "nbgrader_config.py").write_text("c = get_config()  # noqa: F821\n")
+    (course.root / "echo_referee.py").write_text(UNMEASURED_REFEREE)
+    release(course)
+    learner = nbformat.read(course.folder("release", "01_measured") / "01_measured.ipynb", as_version=4)
+    learner.cells[0].source = "def f():\n    return 1"
+    learner.cells[1].outputs = []
+    folder = course.folder("submitted", "01_measured", "ann")
+    folder.mkdir(parents=True)
+    nbformat.write(learner, folder / "01_measured.ipynb")
+    (folder / "timestamp.txt").write_text("2026-01-01 12:00:00.000000 UTC")
+    command = [sys.executable, "-m", "grading", "--course", str(course.root), "autograde", "--jobs", "1"]
+    done = subprocess.run([*command, "--no-progress"], capture_output=True, text=True, timeout=600)
+    assert done.returncode == 1, done.stdout + done.stderr  # a grader problem: the instructor must act
+    assert "could not be measured" in done.stdout + done.stderr
+    with Gradebook(course.db_url) as gb:
+        grade = gb.find_grade("measured", "01_measured", "01_measured", "ann")
+        assert (grade.auto_score, grade.needs_manual_grade) == (1.0, True)
+    graded = nbformat.read(course.folder("autograded", "01_measured", "ann") / "01_measured.ipynb", as_version=4)
+    assert any("NOT MEASURED" in o.get("text", "") for c in graded.cells for o in c.get("outputs", []))
+
+
+def test_only_a_measured_cells_verdict_can_ask_for_manual_grading():
+    """The mark is read from measured test cells only: a learner's cell printing the same output asks for nothing."""
+    measured = new_code_cell(TEST_CELL, metadata=_meta("measured", points=10))
+    apply_verdict(measured, Verdict(2, "report", needs_manual_grade=True))
+    assert determine_grade(measured) == (2.0, 10.0)  # the points it could decide stay
+    forged = new_code_cell("print('report')", metadata=_meta("other", points=10))
+    forged.outputs = [dict(o) for o in measured.outputs]  # what a kernel could display, metadata included
+    nb = new_notebook(cells=[measured, forged])
+    assert unmeasured(nb) == ["measured"]
+    apply_verdict(measured, Verdict(10, "report"))
+    assert unmeasured(nb) == []

@@ -68,7 +68,7 @@ __all__ = [
 
 PARENT = "course-grading"  # the cgroup under each hierarchy's root that holds every grading job
 LOCK = Path("/run/course-grading/cpus.lock")  # root-owned (the slot leases' folder)
-TOLERANCE = 0.05  # other work may take this share of a timed run that is only estimated (no PSI) or timed out
+TOLERANCE = 0.05  # other work may take this share of a timed run whose disturbance is only estimated (no PSI)
 CORRECTABLE = 0.25  # with PSI, the time other work took (up to this share of a run) is taken off its time
 REALTIME_PRIORITY = 1  # SCHED_RR priority of round processes (the lowest real-time one)
 _TICK = 1.0 / os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 0.01
@@ -429,10 +429,6 @@ class Disturbance:
     @property
     def share(self) -> float:
         return self.lost / self.seconds if self.seconds > 0 else 0.0
-
-    def noticeable(self) -> bool:
-        """Other work took more than ``TOLERANCE`` of the interval (and more than the counters resolve)."""
-        return self.lost > max(TOLERANCE * self.seconds, self.resolution)
 
     def substantial(self) -> bool:
         """Too much to take off a timed run: over ``CORRECTABLE`` when exact, else over ``TOLERANCE``."""

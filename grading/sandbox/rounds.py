@@ -315,7 +315,7 @@ class RoundProcess:
         Less the time other work had the process's CPU when the kernel accounted it exactly
         (``cpus.Disturbance.correction``). A ``timed`` round (one whose time counts) raises
         ``Disturbed`` when other work took more than that can fairly correct; any round does
-        when it ran out of time while other work had a noticeable share of its CPU.
+        when it ran out of time while other work had that much of its CPU.
         """
         before = self._ledger.sample()
         try:
@@ -335,9 +335,13 @@ class RoundProcess:
         return seconds - self.disturbance.correction, message
 
     def _blame(self, before: Any, what: str) -> None:
-        """A wait ran out of time: ``Disturbed`` if other work had a noticeable share of the CPU meanwhile."""
+        """A wait ran out of time: ``Disturbed`` if other work had a substantial share of the CPU meanwhile.
+
+        With exact accounting, the kernel's fair server alone (at most 5 % of the CPU) is not
+        enough: a process that ran out of time with the rest of the CPU did so on its own.
+        """
         disturbance = self._ledger.between(before, self._ledger.sample())
-        if disturbance.noticeable():
+        if disturbance.substantial():
             raise Disturbed(f"{what} while {disturbance}", disturbance)
 
     def _why(self) -> str:
