@@ -290,7 +290,7 @@ def test_without_cgroups_the_ledger_reads_proc_and_still_sees_an_intruder():
             with start({"entry": ECHO}, "answer") as process:
                 process.wait_ready(60)
                 with pytest.raises(Disturbed) as caught:
-                    process.round({"run": _burn(0.6)}, timeout=60)
+                    process.round({"spin": 0.4}, timeout=60)  # in the round process: its waits are seen
     finally:
         intruder.kill()
         intruder.wait()

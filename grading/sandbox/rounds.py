@@ -143,13 +143,17 @@ def main() -> None:
 def echo(channel: Channel, setup: dict[str, Any]) -> None:
     """An entry for checking the protocol and the sandbox: ready, then each round's ``payload`` back.
 
-    A round ``{"payload": text, "sleep": seconds, "run": [argv...]}`` sleeps, optionally runs
-    a command, and answers the payload as bytes with the process's CPU affinity and the
-    command's exit status and output.
+    A round ``{"payload": text, "sleep": seconds, "spin": seconds, "run": [argv...]}`` sleeps,
+    computes for ``spin`` seconds of its own CPU time (a fixed amount of work: other work on
+    its CPU makes it take longer), optionally runs a command, and answers the payload as
+    bytes with the process's CPU affinity and the command's exit status and output.
     """
     channel.ready(cpus=sorted(os.sched_getaffinity(0)))
     while (spec := channel.receive()) is not None:
         time.sleep(float(spec.get("sleep", 0)))
+        end = time.process_time() + float(spec.get("spin", 0))
+        while time.process_time() < end:
+            pass
         info: dict[str, Any] = {"cpus": sorted(os.sched_getaffinity(0))}
         if spec.get("run"):
             done = subprocess.run(spec["run"], capture_output=True, text=True, timeout=30)
