@@ -34,7 +34,8 @@ Contract. At the ``root`` level (``isolation(level)`` says what this machine off
   waiting time)`` (``cpuacct.usage_percpu`` or ``/proc/stat`` against
   ``/proc/PID/schedstat``), an upper bound that is not taken off anything: a run is
   disturbed past ``TOLERANCE``, and an answer whose processes both idle and compete with
-  each other on a loaded machine can then read as disturbed.
+  each other on a loaded machine can then read as disturbed. From ``/proc`` it sees only the
+  waits of processes alive when it samples (a child that has exited took its own with it).
 
 Below the root level a measurement runs on the slot's CPU without holding it, at normal
 priority, with the ``/proc`` ledger. ``CpuIsolation.missing()`` names what is missing.
