@@ -231,6 +231,7 @@ def referee(rounds):
 """
 
 
+@pytest.mark.slow_grading  # `course autograde` as a command: 15 s, minutes while other measurements hold the CPUs
 def test_a_test_it_could_not_measure_keeps_its_points_and_waits_for_the_instructor(tmp_path):
     """A referee's needs_manual_grade verdict, graded by `course autograde`: its points, the flag, a grader note."""
     from nbgrader.api import Gradebook
