@@ -484,6 +484,10 @@ class _Run:
 
     # -- a batch into the gradebook and autograded/ -----------------------------------------------
 
+    def idle(self) -> bool:
+        """Whether every notebook still out is already running: then a batch waiting for more gains nothing."""
+        return len(self.sent) <= self.pool.jobs
+
     def patience(self) -> float | None:
         """How long to wait for more results before the graded ones must be flushed (None: as long as it takes)."""
         if not self.outcomes:
@@ -494,7 +498,9 @@ class _Run:
         """Merge the graded notebooks into the gradebook (one transaction), write them, complete the submissions.
 
         Unless ``final``, a batch waits to be full (``_BATCH``) or ``_BATCH_SECONDS`` old: a
-        transaction per few notebooks was most of the coordinator's work.
+        transaction per few notebooks was most of the coordinator's work. It is final when
+        the pool has no queued work left (``idle``), so a run's last notebooks, or a small
+        run's, are written as soon as they are graded.
         """
         if not self.outcomes:
             return
@@ -658,14 +664,14 @@ def _autograde(course, pool, limits, selection, progress) -> Summary:
             with clock.phase("receive"):
                 for key, result in _ready(pool, 0):
                     run.receive(key, result)
-            run.flush(final=False)
+            run.flush(final=run.idle())
         while run.sent:
             with clock.phase("wait"):
                 ready = _ready(pool, run.patience())
             with clock.phase("receive"):
                 for key, result in ready:
                     run.receive(key, result)
-            run.flush(final=not run.sent)
+            run.flush(final=run.idle())
         run.flush()
     summary.uids = pool.uids
     bar.close()

@@ -363,6 +363,11 @@ def _recipe_folder(worker: Any, recipe: Any) -> Path:
     return folder
 
 
+def _recipe(recipe: Any) -> Any:
+    """The task that holds a run's recipe on the cluster (its graph keeps a copy to make it again)."""
+    return recipe
+
+
 def grade_notebook(job: Any, payload: bytes, files: bytes | None, recipe: Any, key: bytes) -> Any:
     """The Dask task of a portable recipe: prepare, grade and record one submitted notebook here; its ``Outcome``.
 
@@ -635,8 +640,9 @@ class ClusterPool:
         files, skipped = self._files(task_id, folder)
         if task_id in self._notes:  # the files could not be read here: the worker writes the note into the notebook
             job.notes = [*job.notes, *self._notes.pop(task_id)]
-        if recipe.token not in self._recipes:
-            self._recipes[recipe.token] = self._client.scatter(recipe, hash=False)
+        if recipe.token not in self._recipes:  # a task, not scattered data: if its worker dies, it is made again
+            key = f"course-recipe-{self._run}-{recipe.token}"
+            self._recipes[recipe.token] = self._client.submit(_recipe, recipe, key=key, pure=False)
         settings = json.dumps(self._settings(skipped)).encode()
         key = f"course-grade-{self._run}-{task_id}"
         future = self._client.submit(

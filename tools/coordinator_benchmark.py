@@ -271,6 +271,8 @@ def _run(version: str, code: Path, database: str, template: Path, tmp: Path, arg
         )
         if result.returncode != 0:
             print(result.stdout[-3000:], result.stderr[-6000:], sep="\n")
+            for log in sorted(cluster.folder.glob("*.log")):
+                print(f"--- {log.name}", *log.read_text().splitlines()[-15:], sep="\n")
             raise SystemExit(f"the {version} coordinator on {database} failed ({result.returncode})")
         measured = json.loads(result.stdout.strip().splitlines()[-1])
     measured.update(version=version, database=database, load_before=load, load_after=os.getloadavg()[0])
