@@ -225,7 +225,7 @@ def test_a_measured_test_and_the_assignments_files_travel_with_the_task(cluster,
     assert graded.cells[1].outputs[0]["text"] == f"1,4 {3 << 20}\n"  # the data files were there
     if PROTECTIONS.namespaces:  # the task's own folder and the other tasks' are hidden from the kernel
         assert graded.cells[2].outputs[0]["text"] == f"{[False] * len(folders)}\n"
-    assert "measured outside" in graded.cells[3].outputs[0]["text"]  # decided by the referee, not the kernel
+    assert "measured outside" in graded.cells[3].outputs[0].get("text", ""), (graded.cells[3].outputs, remote["notes"])
     assert graded.cells[3].outputs == without_grader_cells(nbformat.from_dict(local["nb"]), []).cells[3].outputs
     assert remote["notes"] == local["notes"] and "data/link.csv (a symbolic link)" in remote["notes"][0]
 
