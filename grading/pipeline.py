@@ -1,10 +1,10 @@
 """One notebook's grading around its execution: prepared for the kernel before, made into grades after.
 
-Contract: ``Recipe.build(course, nbgrader, assignment, notebook)`` gathers, once per run and
+Contract: ``Recipe.build(course, nbgrader, spec, snapshot=...)`` gathers, once per run and
 assignment notebook, everything that grading one submitted copy needs besides the copy: the
 instructor's cells (``SourceNotebook``), nbgrader's configured preprocessors as picklable
-``Step`` s, the referees of its measured tests, and a snapshot of the assignment's
-definitions in a gradebook of its own (``snapshot``). With it, anywhere (a cluster's worker,
+``Step`` s, the referees of its measured tests, and, for a cluster, a snapshot of the
+assignment's definitions in a gradebook of its own (``snapshot_gradebook``). With it, anywhere (a cluster's worker,
 or the coordinator when it grades on this machine):
 
 * ``prepare(job, recipe, ...)``: the submitted bytes become the notebook to run
@@ -138,10 +138,6 @@ class Recipe:
     def portable(self) -> bool:
         steps = [*self.sanitize, *self.before_execute, *(s for s in self.after_execute if isinstance(s, Step))]
         return self.batched and self.snapshot is not None and all(s.portable for s in steps)
-
-    @property
-    def key(self) -> str:
-        return f"{self.assignment}/{self.notebook}"
 
     @classmethod
     def build(cls, course: Any, nbgrader: Any, spec: SourceNotebook, *, snapshot: bytes | None = None) -> Recipe:
