@@ -182,21 +182,39 @@ def report_of(course: Course, student: str) -> tuple[float, str]:
 NOT_MEASURED = "NOT MEASURED"  # the referee's report when other work kept taking the measured CPU
 
 
-def _verdicts(course: Course) -> dict[str, tuple[float, float | None, str]]:
-    """Per student: the measured cell's points, the speedup it reports, and its first error line (or NOT_MEASURED)."""
+def _disturbance(text: str) -> str:
+    """What a report says other work took from its timed runs: ``"52 ms off 2 runs, 1 redone"``, or ``""``."""
+    off = re.search(r"measured CPU for (\d+) ms during (\d+) timed runs", text)
+    again = re.search(r"measured again \((\d+) timed runs\)", text)
+    parts = [f"{off[1]} ms off {off[2]} runs"] if off else []
+    return ", ".join(parts + ([f"{again[1]} redone"] if again else []))
+
+
+Verdict = tuple[float, float | None, str, str]  # points, speedup, first error line (or NOT_MEASURED), disturbance
+
+
+def _verdicts(course: Course, keep: Path | None = None) -> dict[str, Verdict]:
+    """Per student: the measured cell's points, its speedup, its first error line (or NOT_MEASURED), what was redone.
+
+    With ``keep``, each report is also written there (``<student>.txt``).
+    """
     name = NOTEBOOK.stem
     found = {}
     for folder in sorted(course.autograded.iterdir()):
         nb = nbformat.read(folder / name / f"{name}.ipynb", as_version=4)
         cell = next(c for c in nb.cells if c.get("metadata", {}).get("nbgrader", {}).get("grade_id") == TEST_CELL)
         text = "".join(o.get("text", "") for o in cell.outputs if o.get("output_type") == "stream")
+        if keep is not None:
+            keep.mkdir(parents=True, exist_ok=True)
+            errors = "".join(f"{o['ename']}: {o['evalue']}\n" for o in cell.outputs if o.get("ename"))
+            (keep / f"{folder.name}.txt").write_text(text + errors)
         points = next((o["data"]["text/plain"] for o in cell.outputs if o.get("output_type") == "execute_result"), "0")
         error = next((f"{o['ename']}: {o['evalue'].splitlines()[0]}" for o in cell.outputs if o.get("ename")), "")
         if NOT_MEASURED in text:
             error = NOT_MEASURED
             print(f"{folder.name}: could not measure:\n  " + text.strip().replace("\n", "\n  "), flush=True)
         ratio = re.search(r"speedup ([\d.]+)x", text)
-        found[folder.name] = (float(points), float(ratio[1]) if ratio else None, error)
+        found[folder.name] = (float(points), float(ratio[1]) if ratio else None, error, _disturbance(text))
     return found
 
 
@@ -214,12 +232,13 @@ def main() -> None:
     parser.add_argument("--jobs", type=int, default=2)
     parser.add_argument("--load", type=int, default=0, help="CPU-burning processes to run beside the grader")
     parser.add_argument("--answers", default=",".join(ANSWERS), help=f"a comma-separated choice of {ANSWERS}")
+    parser.add_argument("--keep-reports", type=Path, help="write each run's reports into this folder (run-N/)")
     args = parser.parse_args()
     answers = [a for a in args.answers.split(",") if a]
     if unknown := sorted(set(answers) - set(ANSWERS)):
         parser.error(f"unknown answers {unknown}; choose from {ANSWERS}")
     print(f"machine: {platform.machine()}, {os.cpu_count()} cores, load average {os.getloadavg()[0]:.1f}")
-    results: dict[str, list[tuple[float, float | None, str]]] = {}
+    results: dict[str, list[Verdict]] = {}
     burners = _load(args.load)
     if burners:
         print(f"outside load: {len(burners)} busy-loop processes (ordinary priority, any CPU) for the whole benchmark")
@@ -231,16 +250,17 @@ def main() -> None:
             for run in range(args.runs):
                 started = time.perf_counter()
                 done = subprocess.run(command, capture_output=True, text=True, cwd=REPO)
-                verdicts = _verdicts(course)
-                unmeasured = {s for s, (_, _, e) in verdicts.items() if e == NOT_MEASURED}
+                keep = args.keep_reports / f"run-{run + 1}" if args.keep_reports else None
+                verdicts = _verdicts(course, keep)
+                unmeasured = {s for s, (_, _, e, _) in verdicts.items() if e == NOT_MEASURED}
                 if done.returncode != 0 and not unmeasured:  # exit 1 is expected when it could not measure
                     print(done.stdout[-2000:], done.stderr[-3000:], sep="\n")
                     raise SystemExit(f"course autograde failed in run {run + 1}")
                 for student, verdict in verdicts.items():
                     results.setdefault(student, []).append(verdict)
                 line = ", ".join(
-                    f"{s} {p:g} ({'not measured' if s in unmeasured else f'{r or 0:.1f}x'})"
-                    for s, (p, r, _) in sorted(verdicts.items())
+                    f"{s} {p:g} ({'not measured' if s in unmeasured else f'{r or 0:.1f}x'}{'; ' + d if d else ''})"
+                    for s, (p, r, _, d) in sorted(verdicts.items())
                 )
                 elapsed = time.perf_counter() - started
                 print(f"run {run + 1:2d} ({elapsed:5.0f} s, load {os.getloadavg()[0]:.1f}): {line}", flush=True)
@@ -250,17 +270,19 @@ def main() -> None:
             burner.wait()
     print()
     for student, verdicts in sorted(results.items()):
-        points = Counter(p for p, _, e in verdicts if e != NOT_MEASURED)
-        ratios = [r for _, r, e in verdicts if r is not None and e != NOT_MEASURED]
+        points = Counter(p for p, _, e, _ in verdicts if e != NOT_MEASURED)
+        ratios = [r for _, r, e, _ in verdicts if r is not None and e != NOT_MEASURED]
         spread = (
             f"speedup min {min(ratios):.1f}x, median {statistics.median(ratios):.1f}x, max {max(ratios):.1f}x"
             if ratios
             else "no speedup measured"
         )
         tally = ", ".join(f"{p:g} points in {n} runs" for p, n in sorted(points.items(), reverse=True))
-        missed = sum(1 for *_, e in verdicts if e == NOT_MEASURED)
+        missed = sum(1 for _, _, e, _ in verdicts if e == NOT_MEASURED)
+        redone = sum(int(m[1]) for *_, d in verdicts if (m := re.search(r"(\d+) redone", d)))
         tally += f"; could not measure in {missed} runs" if missed else ""
-        errors = sorted({e for _, _, e in verdicts if e and e != NOT_MEASURED})
+        tally += f"; {redone} timed runs measured again (disturbed)" if redone else ""
+        errors = sorted({e for _, _, e, _ in verdicts if e and e != NOT_MEASURED})
         print(f"{student:10s} {tally}; {spread}" + (f"; errors: {errors}" if errors else ""))
 
 
