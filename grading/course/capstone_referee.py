@@ -38,10 +38,12 @@ import statistics
 from dataclasses import asdict, replace
 from typing import Any
 
+from course_utils.capstone import correctness, scoring, transfer
+from course_utils.capstone.task import GRADED_TASK, OTHER_TASK
 from grading.measure import Rounds, Verdict
 from grading.sandbox.rounds import Disturbed, RoundError
 
-ENTRY = "course_utils.capstone:timed_rounds"
+ENTRY = "course_utils.capstone.round_process:timed_rounds"
 ROUNDS = 5  # at most; measuring stops once the tier of the median is certain
 READY_SECONDS = 300.0  # loading, warming up and a cold torch.compile of the learner's answer
 MIN_ROUND_SECONDS = 60.0  # the answer's timed run may take this long, or 20 times the baseline's
@@ -65,12 +67,9 @@ class _Referee:
     """One measurement: the tasks drawn for it, the rounds run so far, and what they showed."""
 
     def __init__(self, rounds: Rounds) -> None:
-        from course_utils import capstone  # the installed module, imported here, in the grader's process
-
-        self.capstone = capstone
         self.rounds = rounds
-        self.other = _draw(capstone.OTHER_TASK)
-        warmup = asdict(_draw(capstone.GRADED_TASK))
+        self.other = _draw(OTHER_TASK)
+        warmup = asdict(_draw(GRADED_TASK))
         answers = [[grade_id, source] for grade_id, source in rounds.answers.items()]
         self.setups = {
             "baseline": {"entry": ENTRY, "role": "baseline", "warmup": warmup},
@@ -101,7 +100,6 @@ class _Referee:
         The seconds are None when other work disturbed the timed run (its result is checked all
         the same); ``Disturbed`` leaves here when the process could not even finish meanwhile.
         """
-        capstone = self.capstone
         who = f"fast_train (round {attempt})" if side == "answer" else "the baseline"
         try:
             with self.rounds.start(self.setups[side], side) as process:
@@ -121,14 +119,14 @@ class _Referee:
                         raise
                     self.note_disturbed(who, attempt, disturbed)
                     seconds, message = None, disturbed.result
-                result = capstone.result_from_arrays(message.arrays, task, who=who)
+                result = transfer.result_from_arrays(message.arrays, task, who=who)
                 if baseline is not None:  # the answer's run, checked before anything else is asked of it
-                    agreement = capstone.check_same_training(result, baseline, task, who=who)
+                    agreement = correctness.check_same_training(result, baseline, task, who=who)
                     self.agreement = self.agreement or agreement
                 if side not in self.other_results:  # untimed: correctness on another task, then the diagnosis
                     limit = max(self.limit(), MIN_ROUND_SECONDS)
                     _, other = process.round({"task": asdict(self.other)}, limit, timed=False)
-                    self.other_results[side] = capstone.result_from_arrays(other.arrays, self.other, who=who)
+                    self.other_results[side] = transfer.result_from_arrays(other.arrays, self.other, who=who)
                     if side == "answer":
                         spec = {"task": asdict(task), "diagnose": True}
                         _, counted = process.round(spec, MIN_ROUND_SECONDS, timed=False)
@@ -143,12 +141,11 @@ class _Referee:
 
     def run(self) -> None:
         """Interleaved rounds, stopping once the tier of the median is certain; disturbed rounds again."""
-        capstone = self.capstone
-        thresholds = sorted(threshold for threshold, _ in capstone.SPEED_TIERS)
+        thresholds = sorted(threshold for threshold, _ in scoring.SPEED_TIERS)
         attempt = 0
         while len(self.seconds["answer"]) < ROUNDS:
             attempt += 1
-            task = _draw(capstone.GRADED_TASK)
+            task = _draw(GRADED_TASK)
             order = ("baseline", "answer") if attempt % 2 == 1 else ("answer", "baseline")
             results: dict[str, tuple[float | None, Any]] = {}
             try:
@@ -159,11 +156,11 @@ class _Referee:
                 self.note_disturbed("fast_train" if side == "answer" else "the baseline", attempt, disturbed)
                 continue
             if order[0] == "answer":  # the answer went first: check it now
-                self.agreement = self.agreement or capstone.check_same_training(
+                self.agreement = self.agreement or correctness.check_same_training(
                     results["answer"][1], results["baseline"][1], task, who=f"fast_train (round {attempt})"
                 )
             if not self.other_checked and len(self.other_results) == 2:
-                capstone.check_same_training(
+                correctness.check_same_training(
                     self.other_results["answer"],
                     self.other_results["baseline"],
                     self.other,
@@ -175,7 +172,7 @@ class _Referee:
             for side in ("baseline", "answer"):
                 self.seconds[side].append(results[side][0])
             ratios = [b / a for b, a in zip(self.seconds["baseline"], self.seconds["answer"], strict=True)]
-            if capstone._decided(ratios, ROUNDS, thresholds):
+            if scoring.tier_is_certain(ratios, ROUNDS, thresholds):
                 return
 
     @property
@@ -183,14 +180,13 @@ class _Referee:
         return self.agreement is not None and self.other_checked
 
     def _header(self) -> list[str]:
-        capstone = self.capstone
         lines = [
             "measured by the grader, outside your notebook: each timed run in a fresh process on one CPU thread, "
             "on weights, batches and images drawn when the run started"
             + (f"; on {self.rounds.cpu}" if self.rounds.cpu else "")
         ]
         if self.correct:
-            lines.append(f"correct: {self.agreement} -> {capstone.CORRECTNESS_POINTS} points")
+            lines.append(f"correct: {self.agreement} -> {scoring.CORRECTNESS_POINTS} points")
         return lines
 
     def _disturbances(self) -> list[str]:
@@ -207,14 +203,13 @@ class _Referee:
         return [*lines, f"measured again ({len(self.disturbed)} timed runs): {shown}"]
 
     def verdict(self, note: str = "") -> Verdict:
-        capstone = self.capstone
-        speedup = capstone.Speedup(tuple(self.seconds["baseline"]), tuple(self.seconds["answer"]))
-        speed = capstone.speed_points(speedup.ratio)
-        points = capstone.CORRECTNESS_POINTS + speed
-        tiers = ", ".join(f"{threshold:g}x: {p}" for threshold, p in capstone.SPEED_TIERS)
+        speedup = scoring.Speedup(tuple(self.seconds["baseline"]), tuple(self.seconds["answer"]))
+        speed = scoring.speed_points(speedup.ratio)
+        points = scoring.CORRECTNESS_POINTS + speed
+        tiers = ", ".join(f"{threshold:g}x: {p}" for threshold, p in scoring.SPEED_TIERS)
         lines = [
             *self._header(),
-            f"{speedup} -> {speed} of {capstone.MAX_POINTS - capstone.CORRECTNESS_POINTS} points (tiers {tiers})",
+            f"{speedup} -> {speed} of {scoring.MAX_POINTS - scoring.CORRECTNESS_POINTS} points (tiers {tiers})",
             *([note] if note else []),
             *self._disturbances(),
         ]
@@ -223,14 +218,13 @@ class _Referee:
             lines.append(f"your run, as counted in its own process: {self.diagnosis.get('summary', '')}")
             lines.append("mistakes left:" if mistakes else "mistakes left: none found")
             lines += [f"  - {mistake}" for mistake in mistakes]
-        lines.append(f"points: {points} of {capstone.MAX_POINTS}")
+        lines.append(f"points: {points} of {scoring.MAX_POINTS}")
         return Verdict(points, "\n".join(lines))
 
     def unmeasured(self) -> Verdict:
         """Could not measure: the points decided without timing, the speed points left to the instructor."""
-        capstone = self.capstone
-        points = capstone.CORRECTNESS_POINTS if self.correct else 0
-        speed_max = capstone.MAX_POINTS - capstone.CORRECTNESS_POINTS
+        points = scoring.CORRECTNESS_POINTS if self.correct else 0
+        speed_max = scoring.MAX_POINTS - scoring.CORRECTNESS_POINTS
         ratios = ", ".join(
             f"{b / a:.1f}" for b, a in zip(self.seconds["baseline"], self.seconds["answer"], strict=True)
         )
@@ -241,7 +235,7 @@ class _Referee:
             f"could not measure your speed; your instructor decides these {speed_max} points",
             *self._disturbances(),
             f"undisturbed rounds so far: {len(self.seconds['answer'])}" + (f" (speedups {ratios})" if ratios else ""),
-            f"points so far: {points} of {capstone.MAX_POINTS}; the other {capstone.MAX_POINTS - points} are left "
+            f"points so far: {points} of {scoring.MAX_POINTS}; the other {scoring.MAX_POINTS - points} are left "
             "to your instructor",
         ]
         return Verdict(points, "\n".join(lines), needs_manual_grade=True)
