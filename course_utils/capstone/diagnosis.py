@@ -171,11 +171,12 @@ class Diagnosis:
         found = []
         whole_set = "standardise the whole set once, in a few whole-tensor operations (exercise 1), and index it"
         if self.worker_pools_started:
+            pools = f" in {self.worker_pools_started} pools" if self.worker_pools_started > 1 else ""
             found.append(
                 f"a DataLoader worker pool started inside the training function ({self.worker_processes_started} "
-                f"new processes in this one run, {self.worker_pools_started} pools): every call pays for starting "
-                "them and sending them the dataset, and every batch crosses back from another process; the images "
-                f"fit in memory: {whole_set} (notebook 03: workers are for data that cannot be prepared up front)"
+                f"new processes{pools} in this one run): every call pays for starting them and sending them the "
+                "dataset, and every batch crosses back from another process; the images fit in memory: "
+                f"{whole_set} (notebook 03: workers are for data that cannot be prepared up front)"
             )
         if self.per_step(self.worker_items_fetched) >= 1:
             found.append(
