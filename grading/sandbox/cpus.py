@@ -305,6 +305,9 @@ def join_job(level: str, uid: int) -> bool:
 def leave_jobs(level: str, uids: Iterable[int]) -> None:
     """Remove the (now empty) cgroups of a pool's grading users; called when its workers are gone."""
     iso = isolation(level)
+    uids = list(uids)
+    if not uids or (iso.cpuset is None and iso.shares is None):
+        return
     with _locked():
         for hierarchy in (iso.cpuset, iso.shares):
             if hierarchy is not None and (hierarchy / PARENT).is_dir():
