@@ -72,8 +72,8 @@ def measure_speedup(
     function so runs once right after the other and once right after itself, as early in
     the round on average as the other: what a run gains from its place (a cache the run
     before warmed, a drift in the machine's load, a clock ramping up) it gains for both,
-    and the round's ratio (mean baseline time over mean ``fast_train`` time) keeps none
-    of it. Nothing of the measurement runs between timed runs: the rounds' results are
+    and the round's ratio (mean baseline time over mean ``fast_train`` time) cancels it.
+    Nothing of the measurement runs between timed runs: the rounds' results are
     checked with ``check_same_training`` after the last round. With ``thresholds``,
     measuring stops as soon as the median of all ``rounds`` ratios is certain to lie
     between the same two thresholds, whatever the remaining rounds would measure.
