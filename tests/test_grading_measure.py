@@ -76,7 +76,10 @@ def test_a_round_is_timed_by_the_grader_until_its_result_has_arrived(start):
     with start({"entry": ECHO}, "answer") as process:
         ready = process.wait_ready(60)
         seconds, message = process.round({"payload": "hello", "sleep": 0.3}, timeout=30)
-    assert seconds >= 0.3, seconds  # the clock ran while the process worked
+        taken_off = process.disturbance.correction
+    # The clock ran while the process worked. What the round reports is less the time other work had the
+    # group's CPU (on CI another test's wait after the sleep took 4 ms off: 0.296 s), so add it back.
+    assert seconds + taken_off >= 0.3, (seconds, taken_off)
     assert message.arrays["payload"] == ("uint8", (5,), b"hello")
     assert len(ready["cpus"]) == 1 and message.header["cpus"] == ready["cpus"]  # one CPU, the same throughout
 
