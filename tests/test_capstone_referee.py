@@ -414,7 +414,25 @@ def test_an_exploit_earns_no_speed_points(solutions, name):
 def test_the_reference_solution_is_correct_and_graded_on_its_speed(solutions):
     outcome = grade(solutions)
     assert not isinstance(outcome, AssertionError), outcome
-    assert outcome.points >= 2 and "mistakes left: none found" in outcome.report
+    assert outcome.points >= 2 and "mistakes left: none" in outcome.report and "  - " not in outcome.report
+
+
+def _verdict(answer_seconds: list[float], mistakes: list[str]) -> str:
+    """The report of a measurement whose rounds timed the baseline at 1 s and the answer at ``answer_seconds``."""
+    referee = capstone_referee._Referee(Rounds({}, lambda setup, side: None, time.monotonic() + 60))
+    referee.agreement, referee.other_checked = "losses within 0.001 of the baseline's", True
+    referee.seconds = {"baseline": [1.0] * len(answer_seconds), "answer": answer_seconds}
+    referee.diagnosis = {"summary": "2 optimizer steps", "mistakes": mistakes}
+    return referee.verdict().report
+
+
+def test_a_slow_answer_without_a_recognised_mistake_is_not_told_none_found():
+    """Issue 23: a slow answer the counters found nothing in read "mistakes left: none found" (0 speed points)."""
+    slow = _verdict([0.9, 0.8, 0.7], [])
+    assert "none found" not in slow and "none that the counters recognise, yet the speedup earns 0 of 8" in slow
+    assert "mistakes left: none found" in _verdict([0.1, 0.1, 0.1], [])
+    listed = _verdict([0.9, 0.8, 0.7], ["a per-sample loop"])
+    assert "mistakes left:\n  - a per-sample loop" in listed and "none" not in listed
 
 
 def test_an_answer_that_needs_a_cell_of_the_notebook_says_so(solutions):

@@ -216,8 +216,16 @@ class _Referee:
         if self.diagnosis:
             mistakes = [str(m) for m in self.diagnosis.get("mistakes", [])]
             lines.append(f"your run, as counted in its own process: {self.diagnosis.get('summary', '')}")
-            lines.append("mistakes left:" if mistakes else "mistakes left: none found")
-            lines += [f"  - {mistake}" for mistake in mistakes]
+            if mistakes:
+                lines += ["mistakes left:", *(f"  - {mistake}" for mistake in mistakes)]
+            elif speed < scoring.MAX_POINTS - scoring.CORRECTNESS_POINTS:
+                lines.append(
+                    "mistakes left: none that the counters recognise, yet the speedup earns "
+                    f"{speed} of {scoring.MAX_POINTS - scoring.CORRECTNESS_POINTS}: profile fast_train as "
+                    "section 3 profiles slow_train"
+                )
+            else:
+                lines.append("mistakes left: none found")
         lines.append(f"points: {points} of {scoring.MAX_POINTS}")
         return Verdict(points, "\n".join(lines))
 
