@@ -188,7 +188,10 @@ def test_150_burners_beside_a_learner_cost_them_nothing(tmp_path):
     assert "a CPU of its own" in report
     score, max_score = _score(course, "victim")
     assert score == max_score  # the notebook's other tests too: its kernel got its share of the CPUs
-    assert _burner_notes(course, "saboteur")["count"] == 150
+    # Every burner ran (and wrote its notes). The saboteur's own kernel competes with its 150 burners: when one
+    # of its cells then runs past the cell time limit, the fresh kernel replays the burner cell, and 150 more start.
+    notes = _burner_notes(course, "saboteur")
+    assert notes["count"] >= 150 and notes["count"] % 150 == 0 and notes["pinned"] > 0, notes
 
 
 DATALOADER = """

@@ -266,7 +266,8 @@ _WRONG_05_07 = [
         "ex3_units_identical",
         "compares weights, not gradients",
         WEIGHTS_NOT_GRADIENTS,
-        "identical first layer, random second layer",
+        "identical first-layer weights, random second layer",
+        False,
     ),
     Wrong("05", "ex3_units_identical", "keeps stale gradients", STALE_GRADIENTS, "stale", False),
     Wrong(
@@ -889,7 +890,7 @@ def fast_train(task, device):
 _WRONG_12 = [
     Wrong("12", "ex1_standardize_images", "one mean for all images", IMAGES_GLOBAL_STATS, "wrong values", False),
     Wrong("12", "ex1_standardize_images", "population std", IMAGES_POPULATION_STD, "wrong values", False),
-    Wrong("12", "ex1_standardize_images", "loops over images", IMAGES_LOOP, "a loop over images"),
+    Wrong("12", "ex1_standardize_images", "loops over images", IMAGES_LOOP, "a loop over images", False),
     Wrong("12", "ex2_train_step", "logs with .item()", STEP_LOGS_ITEM, "values into Python", False),
     Wrong("12", "ex2_train_step", "writes zeros", STEP_WRITES_ZEROS, "not to zeros", False),
     Wrong("12", "ex2_train_step", "one sample at a time", STEP_PER_SAMPLE, "once per step", False),
