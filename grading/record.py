@@ -182,49 +182,39 @@ class Recorder:
             assignments.setdefault(sub.assignment, set()).add(sub.student)
         return assignments, {name for _, name in wanted}
 
-    def _grade_rows(self, wanted: list[tuple[Submission, str]]) -> dict[tuple[str, str, str, str], tuple[str, Any]]:
-        """(assignment, student, notebook, grade id) -> (Grade's primary key, its manual score)."""
-        from nbgrader.api import Assignment, BaseCell, Grade, Notebook, SubmittedAssignment, SubmittedNotebook
+    def _rows(self, model: Any, columns: tuple, wanted: list[tuple[Submission, str]]) -> dict[tuple, tuple]:
+        """(assignment, student, notebook, grade id) -> ``columns`` of its ``model`` row (Grade or Comment)."""
+        from nbgrader.api import Assignment, BaseCell, Notebook, SubmittedAssignment, SubmittedNotebook
         from sqlalchemy import select
 
         found = {}
         assignments, notebooks = self._keys(wanted)
         for assignment, students in assignments.items():
             query = (
-                select(SubmittedAssignment.student_id, Notebook.name, BaseCell.name, Grade.id, Grade.manual_score)
-                .join(SubmittedNotebook, Grade.notebook_id == SubmittedNotebook.id)
+                select(SubmittedAssignment.student_id, Notebook.name, BaseCell.name, *columns)
+                .join(SubmittedNotebook, model.notebook_id == SubmittedNotebook.id)
                 .join(Notebook, SubmittedNotebook.notebook_id == Notebook.id)
                 .join(SubmittedAssignment, SubmittedNotebook.assignment_id == SubmittedAssignment.id)
                 .join(Assignment, SubmittedAssignment.assignment_id == Assignment.id)
-                .join(BaseCell, Grade.cell_id == BaseCell.id)
+                .join(BaseCell, model.cell_id == BaseCell.id)
                 .where(Assignment.name == assignment, SubmittedAssignment.student_id.in_(students),
                        Notebook.name.in_(notebooks))
             )  # fmt: skip
-            for student, notebook, cell, gid, manual in self.gb.db.execute(query):
-                found[(assignment, student, notebook, cell)] = (gid, manual)
+            for student, notebook, cell, *values in self.gb.db.execute(query):
+                found[(assignment, student, notebook, cell)] = tuple(values)
         return found
+
+    def _grade_rows(self, wanted: list[tuple[Submission, str]]) -> dict[tuple[str, str, str, str], tuple[str, Any]]:
+        """(assignment, student, notebook, grade id) -> (Grade's primary key, its manual score)."""
+        from nbgrader.api import Grade
+
+        return self._rows(Grade, (Grade.id, Grade.manual_score), wanted)
 
     def _comment_rows(self, wanted: list[tuple[Submission, str]]) -> dict[tuple[str, str, str, str], str]:
         """(assignment, student, notebook, grade id) -> Comment's primary key."""
-        from nbgrader.api import Assignment, BaseCell, Comment, Notebook, SubmittedAssignment, SubmittedNotebook
-        from sqlalchemy import select
+        from nbgrader.api import Comment
 
-        found = {}
-        assignments, notebooks = self._keys(wanted)
-        for assignment, students in assignments.items():
-            query = (
-                select(SubmittedAssignment.student_id, Notebook.name, BaseCell.name, Comment.id)
-                .join(SubmittedNotebook, Comment.notebook_id == SubmittedNotebook.id)
-                .join(Notebook, SubmittedNotebook.notebook_id == Notebook.id)
-                .join(SubmittedAssignment, SubmittedNotebook.assignment_id == SubmittedAssignment.id)
-                .join(Assignment, SubmittedAssignment.assignment_id == Assignment.id)
-                .join(BaseCell, Comment.cell_id == BaseCell.id)
-                .where(Assignment.name == assignment, SubmittedAssignment.student_id.in_(students),
-                       Notebook.name.in_(notebooks))
-            )  # fmt: skip
-            for student, notebook, cell, cid in self.gb.db.execute(query):
-                found[(assignment, student, notebook, cell)] = cid
-        return found
+        return {key: comment_id for key, (comment_id,) in self._rows(Comment, (Comment.id,), wanted).items()}
 
     def record(self, items: list[tuple[Submission, str, Outcome]]) -> dict[tuple[Submission, str], list[str]]:
         """Write the batch's grades, comments and late penalties (one transaction); problems by notebook."""
