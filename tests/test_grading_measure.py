@@ -19,6 +19,7 @@ import pytest
 from nbformat.v4 import new_code_cell, new_notebook
 from nbgrader.utils import determine_grade
 
+from grading.coursedir import Course
 from grading.measure import Verdict, apply_verdict, find_measured, measured_tests, unmeasured
 from grading.sandbox.cpus import reserve
 from grading.sandbox.protections import GRADING_UID_BASE, Limits, SlotLease, detect
@@ -190,11 +191,9 @@ def _measured_notebook(answer: str) -> nbformat.NotebookNode:
     )
 
 
-def test_validate_gives_the_learner_the_graders_measurement_and_verdict(tmp_path):
-    """`course validate` measures outside the kernel too, from the release's test cell, never the learner's."""
-    from grading.coursedir import Course
+def _released_course(tmp_path: Path, referee: str) -> tuple[Course, nbformat.NotebookNode]:
+    """A course of one measured notebook refereed by ``referee``, released; and its student version, answered."""
     from grading.release import release
-    from grading.validate import validate
 
     notebooks = tmp_path / "notebooks"
     notebooks.mkdir()
@@ -203,10 +202,18 @@ def test_validate_gives_the_learner_the_graders_measurement_and_verdict(tmp_path
     course = Course(root=tmp_path / "course", notebooks=notebooks)
     course.root.mkdir()
     (course.root / "nbgrader_config.py").write_text("c = get_config()  # noqa: F821\n")
-    (course.root / "echo_referee.py").write_text(REFEREE)
+    (course.root / "echo_referee.py").write_text(referee)
     release(course)
     learner = nbformat.read(course.folder("release", "01_measured") / "01_measured.ipynb", as_version=4)
     learner.cells[0].source = "def f():\n    return 1"
+    return course, learner
+
+
+def test_validate_gives_the_learner_the_graders_measurement_and_verdict(tmp_path):
+    """`course validate` measures outside the kernel too, from the release's test cell, never the learner's."""
+    from grading.validate import validate
+
+    course, learner = _released_course(tmp_path, REFEREE)
     mine = tmp_path / "01_measured.ipynb"
     nbformat.write(learner, mine)
     result = validate(mine, course, Limits(cell_timeout=60), PROTECTIONS)
@@ -239,20 +246,8 @@ def test_a_test_it_could_not_measure_keeps_its_points_and_waits_for_the_instruct
     """A referee's needs_manual_grade verdict, graded by `course autograde`: its points, the flag, a grader note."""
     from nbgrader.api import Gradebook
 
-    from grading.coursedir import Course
-    from grading.release import release
 
-    notebooks = tmp_path / "notebooks"
-    notebooks.mkdir()
-    solution = "def f():\n    ### BEGIN SOLUTION\n    return 1\n    ### END SOLUTION"
-    nbformat.write(_measured_notebook(solution), notebooks / "01_measured.ipynb")
-    course = Course(root=tmp_path / "course", notebooks=notebooks)
-    course.root.mkdir()
-    (course.root / "nbgrader_config.py").write_text("c = get_config()  # noqa: F821\n")
-    (course.root / "echo_referee.py").write_text(UNMEASURED_REFEREE)
-    release(course)
-    learner = nbformat.read(course.folder("release", "01_measured") / "01_measured.ipynb", as_version=4)
-    learner.cells[0].source = "def f():\n    return 1"
+    course, learner = _released_course(tmp_path, UNMEASURED_REFEREE)
     learner.cells[1].outputs = []
     folder = course.folder("submitted", "01_measured", "ann")
     folder.mkdir(parents=True)
