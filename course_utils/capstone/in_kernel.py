@@ -9,8 +9,7 @@ check and scoring.
 from __future__ import annotations
 
 import gc
-import secrets
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 import torch
 
@@ -48,11 +47,6 @@ def _timed(train: TrainFn, task: CapstoneTask, device: torch.device) -> tuple[fl
         gc.enable()
 
 
-def _draw(task: CapstoneTask) -> CapstoneTask:
-    """``task`` with its own weights, batch order and images, drawn now."""
-    return replace(task, seed=secrets.randbelow(2**31), data_seed=secrets.randbelow(2**31))
-
-
 def measure_speedup(
     fast_train: TrainFn,
     task: CapstoneTask = GRADED_TASK,
@@ -81,7 +75,7 @@ def measure_speedup(
     if rounds < 1:
         raise ValueError(f"rounds must be at least 1, got {rounds}")
     device = torch.device(device)
-    warmup = _draw(task)
+    warmup = task.drawn()
     fast_result = fast_train(warmup, device)
     who = "fast_train (warm-up, on weights and images drawn for it)"
     check_same_training(fast_result, baseline(warmup, device), warmup, who=who)
@@ -90,7 +84,7 @@ def measure_speedup(
     fast_times: list[float] = []
     to_check: list[tuple[int, CapstoneTask, object, object]] = []
     for index in range(1, rounds + 1):
-        first, second = _draw(task), _draw(task)
+        first, second = task.drawn(), task.drawn()
         base_first, base_result = _timed(baseline, first, device)
         fast_first, fast_result = _timed(fast_train, first, device)
         to_check.append((index, first, fast_result, base_result))

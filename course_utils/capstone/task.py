@@ -8,8 +8,9 @@ baseline's ``Dataset``) applies to each item it is asked for.
 
 from __future__ import annotations
 
+import secrets
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache
 
 import torch
@@ -81,6 +82,10 @@ class CapstoneTask:
             )
         if self.epochs < 1 or self.hidden < 1:
             raise ValueError(f"need epochs >= 1 and hidden >= 1, got {self.epochs} and {self.hidden}")
+
+    def drawn(self) -> CapstoneTask:
+        """This task with its own weights, batch order and images (``seed``, ``data_seed``) drawn now (``secrets``)."""
+        return replace(self, seed=secrets.randbelow(2**31), data_seed=secrets.randbelow(2**31))
 
     @property
     def steps(self) -> int:

@@ -33,9 +33,8 @@ a result, since each round's task is drawn when the round starts.
 
 from __future__ import annotations
 
-import secrets
 import statistics
-from dataclasses import asdict, replace
+from dataclasses import asdict
 from typing import Any
 
 from course_utils.capstone import correctness, scoring, transfer
@@ -58,18 +57,13 @@ class _OutOfTime(Exception):
     """The measurement's time budget is used up."""
 
 
-def _draw(task):
-    """``task`` with its own weights, batch order and data, drawn now."""
-    return replace(task, seed=secrets.randbelow(2**31), data_seed=secrets.randbelow(2**31))
-
-
 class _Referee:
     """One measurement: the tasks drawn for it, the rounds run so far, and what they showed."""
 
     def __init__(self, rounds: Rounds) -> None:
         self.rounds = rounds
-        self.other = _draw(OTHER_TASK)
-        warmup = asdict(_draw(GRADED_TASK))
+        self.other = OTHER_TASK.drawn()
+        warmup = asdict(GRADED_TASK.drawn())
         answers = [[grade_id, source] for grade_id, source in rounds.answers.items()]
         self.setups = {
             "baseline": {"entry": ENTRY, "role": "baseline", "warmup": warmup},
@@ -145,7 +139,7 @@ class _Referee:
         attempt = 0
         while len(self.seconds["answer"]) < ROUNDS:
             attempt += 1
-            task = _draw(GRADED_TASK)
+            task = GRADED_TASK.drawn()
             order = ("baseline", "answer") if attempt % 2 == 1 else ("answer", "baseline")
             results: dict[str, tuple[float | None, Any]] = {}
             try:
