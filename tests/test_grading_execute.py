@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import html
 import json
+import tempfile
 from pathlib import Path
 
 import nbformat
@@ -14,6 +15,7 @@ from grading.sandbox.execute import (
     JailedKernelManager,
     _Client,
     drop_profiler_chatter,
+    execute,
     explain_limits,
     keep_hidden_tests_out,
 )
@@ -127,3 +129,31 @@ def test_short_or_visible_lines_are_no_secret():
     notes: list[str] = []
     keep_hidden_tests_out(nb, notes)
     assert notes == [] and nb.cells[2].outputs[0]["text"] == "x = 1\nmatmul_flops(2, 3, 4)\n"
+
+
+def test_after_a_flood_is_interrupted_the_next_cells_answer_is_not_lost(tmp_path):
+    """A flood leaves seconds of output queued after its time limit (CI, stop 25: a grader check
+    after `floods_output` lost its answer, and the grade read 'the submission replaced it').
+
+    Each interrupted flood keeps what it defined first (as in nbgrader), and the cell after it
+    gets its own result. Before the fix, each of these cells lost its answer (100 kB a line
+    queues more than a line of 1 kB, where one cell in four lost it).
+    """
+    flood = "while True:\n    print('spam ' * 20_000)"
+    cells = []
+    for round_ in range(2):
+        cells += [new_code_cell(f"defined_{round_} = {round_}\n{flood}"), new_code_cell(f"defined_{round_} + 40")]
+    nb = new_notebook(cells=cells)
+
+    def new_kernel() -> JailedKernelManager:  # the executor's logic, without the sandbox's jail
+        km = JailedKernelManager()
+        workdir = Path(tempfile.mkdtemp(dir=tmp_path))
+        km.configure([], workdir, workdir / "kernel.log")
+        return km
+
+    notes: list[str] = []
+    execute(nb, new_kernel, Limits(cell_timeout=3, notebook_timeout=120), notes)
+    results = [[o["data"]["text/plain"] for o in nb.cells[i].outputs if o["output_type"] == "execute_result"]
+               for i in (1, 3)]  # fmt: skip
+    assert results == [["40"], ["41"]], notes
+    assert notes == [f"Cell code cell {i} exceeded its 3 s time limit." for i in (1, 3)]

@@ -25,6 +25,8 @@ and the test whose hidden lines it showed scores 0 (the learner's cell stays, as
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import copy
 import html
 import json
@@ -110,6 +112,7 @@ class _Client(NotebookClient):
         self._cap = limits.output_bytes
         self._used: dict[int, int] = {}
         self.on_cell_executed = self._restore_error
+        self._reader: asyncio.Task | None = None
 
     def output(self, outs, msg, display_id, cell_index):  # type: ignore[override]
         size = len(json.dumps(msg.get("content", {}), default=str))
@@ -133,6 +136,40 @@ class _Client(NotebookClient):
         ):
             outs.append(new_output("stream", name="stderr", text="[stderr output truncated by the grader]\n"))
         return None
+
+    async def _async_poll_output_msg(self, parent_msg_id, cell, cell_index):  # type: ignore[override]
+        self._reader = asyncio.current_task()
+        return await super()._async_poll_output_msg(parent_msg_id, cell, cell_index)
+
+    async def stop_reading(self) -> None:
+        """Wait until the timed-out cell's output reader is gone (nbclient only asks it to stop).
+
+        A reader that is cancelled but not yet finished still holds a receive on IOPub: what
+        it takes is lost to the next reader, or leaves that reader waiting for ever.
+        """
+        task, self._reader = self._reader, None
+        if task is not None and not task.done():
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+
+    async def drop_output_until_idle(self, msg_id: str, until: float) -> bool:
+        """Read and drop IOPub messages up to the kernel's idle status for ``msg_id``.
+
+        False if it has not come by ``until`` (monotonic). Contents are left unparsed (a
+        flood's messages run to tens of MB each); signatures are still checked.
+        """
+        channel = self.kc.iopub_channel
+        session = channel.session
+        while (left := until - time.monotonic()) > 0:
+            if not await channel.socket.poll(left * 1000):
+                return False
+            _, frames = session.feed_identities(await channel.socket.recv_multipart())
+            msg = session.deserialize(frames, content=False)
+            ours = msg["parent_header"].get("msg_id") == msg_id and msg["msg_type"] == "status"
+            if ours and session.unpack(msg["content"]).get("execution_state") == "idle":
+                return True
+        return False
 
     def _restore_error(self, cell, cell_index, execute_reply):
         content = execute_reply.get("content", {})
@@ -334,7 +371,7 @@ def _run(
                         _fail(cell, "CellTimeoutError", f"the cell exceeded its {limit:.0f} s time limit")
                         notes.append(f"Cell {_label(nb, index)} exceeded its {limit:.0f} s time limit.")
                         _unfinished(nb, index, history, unfinished)
-                        if kind is None and _interrupted(client, km, deadline):
+                        if kind is None and _interrupted(client, km, limit, deadline):
                             position += 1  # the kernel keeps what the cell did before the interrupt, as in nbgrader
                             continue
                         raise
@@ -520,16 +557,26 @@ def _replace(output: dict, field: tuple, note: str) -> None:
         output[field[0]] = note + ("\n" if field[0] == "text" else "")
 
 
-def _interrupted(client: _Client, km: JailedKernelManager, deadline: float) -> bool:
-    """Interrupt the kernel after a timeout; True when it answers again (a probe cell runs)."""
+def _interrupted(client: _Client, km: JailedKernelManager, limit: float, deadline: float) -> bool:
+    """Interrupt the kernel after a timeout; True when it answers again (a probe cell runs).
+
+    The output the timed-out cell left queued is read and dropped up to the probe's end (a
+    flood leaves seconds of it, and reading it may take as long as the cell's ``limit``):
+    left queued, it would hold the next cell's output past nbclient's IOPub wait, and a
+    grader check whose answer is lost reads as a submission that replaced the check.
+    """
     grace = min(INTERRUPT_GRACE, deadline - time.monotonic())
     if grace < 1:
         return False
     try:
+        run_sync(client.stop_reading)()
         run_sync(km.interrupt_kernel)()
         client.timeout = int(grace)
         probe = client.kc.execute("pass", silent=True, store_history=False)
-        return client.wait_for_reply(probe) is not None
+        if client.wait_for_reply(probe) is None:
+            return False
+        until = min(deadline, time.monotonic() + max(grace, limit))
+        return run_sync(client.drop_output_until_idle)(probe, until)
     except Exception:  # no answer, or the kernel died: the caller restarts it
         return False
 
