@@ -158,14 +158,14 @@ def test_private_bytes_reads_this_process_on_linux():
 def test_forked_worker_copies_python_objects_but_not_tensor_storage():
     # The claim notebook 03 makes (pytorch/pytorch#13246): reading Python objects writes their
     # reference counts, so a forked worker copies the pages holding them; a tensor's elements stay shared.
-    values = torch.randn(2**19, dtype=torch.float64, generator=torch.Generator().manual_seed(0))
+    values = torch.randn(2**21, dtype=torch.float64, generator=torch.Generator().manual_seed(0))
     grown = {}
     for name, samples in (("list", values.tolist()), ("tensor", values)):
         probe = DataLoader(ReadEverySample(samples), batch_size=None, num_workers=1, multiprocessing_context="fork")
         grown[name] = next(iter(probe))
     objects = len(values) * sys.getsizeof(1.0)
     assert grown["list"] >= objects  # each float in a 32-byte slot: about 4/3 of this
-    assert grown["tensor"] < objects / 8
+    assert grown["tensor"] < objects / 8  # what the worker itself writes (about 1.5 MB) is far below this
 
 
 def test_read_every_sample_in_the_main_process():
