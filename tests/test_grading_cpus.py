@@ -16,6 +16,7 @@ import shlex
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 import pytest
@@ -35,10 +36,13 @@ needs_pressure = pytest.mark.skipif(
 
 def test_what_a_measurement_lacks_is_named():
     gaps = cpus.CpuIsolation().missing()
-    assert len(gaps) == 4
+    assert len(gaps) == 5
     assert any("no CPU of its own" in gap for gap in gaps) and any("normal priority" in gap for gap in gaps)
     assert any("no CPU share per job" in gap for gap in gaps) and any("pressure" in gap for gap in gaps)
-    everything = cpus.CpuIsolation(Path("/cpuset"), None, Path("/unified"), realtime=True, shares=Path("/cpu"))
+    assert any("one after the other" in gap and "freezer" in gap for gap in gaps)
+    everything = cpus.CpuIsolation(
+        Path("/cpuset"), None, Path("/unified"), realtime=True, shares=Path("/cpu"), freezer=Path("/freezer")
+    )
     assert Protections("root", cpu=everything).missing() == []
     assert "no CPU of its own" in Protections("root", cpu=cpus.CpuIsolation()).describe()
 
@@ -214,6 +218,50 @@ def test_round_processes_on_a_held_cpu_run_at_real_time_priority_and_an_intruder
         intruder.wait()
     assert not process.disturbance.substantial(), process.disturbance
     assert seconds == pytest.approx(process.disturbance.seconds - process.disturbance.lost, abs=0.05)
+
+
+needs_freezer = pytest.mark.skipif(
+    ISOLATION.freezer is None or ISOLATION.cpuset is None, reason="no cgroup v1 freezer or no cpuset here"
+)
+
+
+def _cpu_seconds(pids: list[int]) -> float:
+    """User and system CPU seconds of ``pids`` so far (those still alive)."""
+    total = 0
+    for pid in pids:
+        try:
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        total += int(fields[11]) + int(fields[12])
+    return total / os.sysconf("SC_CLK_TCK")
+
+
+@needs_freezer
+def test_a_paused_round_process_and_all_it_started_use_no_cpu(measurement):
+    """The idle side of an interleaved round is paused: a background burner it left cannot take the other's CPU."""
+    start, held = measurement
+    background = ["sh", "-c", f"{shlex.join(_burn(20))} >/dev/null 2>&1 &"]
+    with start(held) as process:
+        assert process.pausable
+        process.wait_ready(60)
+        process.round({"run": background}, timeout=60)  # returns at once; the burner runs on, in the jail
+        group = process._group
+        pids = [int(pid) for pid in (group / "cgroup.procs").read_text().split()]
+        assert len(pids) >= 3  # the jail, the round process, the burner (born inside the group)
+        time.sleep(0.3)
+        running = _cpu_seconds(pids)
+        time.sleep(0.5)
+        assert _cpu_seconds(pids) - running > 0.2  # it burns while the process runs
+        process.pause()
+        paused = _cpu_seconds(pids)
+        time.sleep(0.5)
+        assert _cpu_seconds(pids) - paused < 0.02  # and not at all while paused
+        with process.resumed():
+            _, message = process.round({"payload": "awake"}, timeout=60)  # it answers once resumed
+        assert bytes(message.arrays["payload"][2]) == b"awake"
+        assert (group / "freezer.state").read_text().strip() == "FROZEN"  # paused again after the block
+    assert not group.exists()  # killed (thawed first) and its group removed
 
 
 def test_a_round_that_runs_out_of_time_alone_is_the_processes_own_failure():

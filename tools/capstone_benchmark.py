@@ -183,18 +183,18 @@ NOT_MEASURED = "NOT MEASURED"  # the referee's report when other work kept takin
 
 
 def _disturbance(text: str) -> str:
-    """What a report says other work took from its timed runs: ``"52 ms off 2 runs, 1 redone"``, or ``""``."""
+    """What a report says other work took from its timed runs: ``"52 ms off 2 runs, 1 left out"``, or ``""``."""
     off = re.search(r"measured CPU for (\d+) ms during (\d+) timed runs", text)
-    again = re.search(r"measured again \((\d+) timed runs\)", text)
+    again = re.search(r"left out of the medians \((\d+) timed runs\)", text)
     parts = [f"{off[1]} ms off {off[2]} runs"] if off else []
-    return ", ".join(parts + ([f"{again[1]} redone"] if again else []))
+    return ", ".join(parts + ([f"{again[1]} left out"] if again else []))
 
 
 Verdict = tuple[float, float | None, str, str]  # points, speedup, first error line (or NOT_MEASURED), disturbance
 
 
 def _verdicts(course: Course, keep: Path | None = None) -> dict[str, Verdict]:
-    """Per student: the measured cell's points, its speedup, its first error line (or NOT_MEASURED), what was redone.
+    """Per student: the measured cell's points, its speedup, its first error line (or NOT_MEASURED), what was left out.
 
     With ``keep``, each report is also written there (``<student>.txt``).
     """
@@ -279,9 +279,9 @@ def main() -> None:
         )
         tally = ", ".join(f"{p:g} points in {n} runs" for p, n in sorted(points.items(), reverse=True))
         missed = sum(1 for _, _, e, _ in verdicts if e == NOT_MEASURED)
-        redone = sum(int(m[1]) for *_, d in verdicts if (m := re.search(r"(\d+) redone", d)))
+        left_out = sum(int(m[1]) for *_, d in verdicts if (m := re.search(r"(\d+) left out", d)))
         tally += f"; could not measure in {missed} runs" if missed else ""
-        tally += f"; {redone} timed runs measured again (disturbed)" if redone else ""
+        tally += f"; {left_out} disturbed timed runs left out" if left_out else ""
         errors = sorted({e for _, _, e, _ in verdicts if e and e != NOT_MEASURED})
         print(f"{student:10s} {tally}; {spread}" + (f"; errors: {errors}" if errors else ""))
 

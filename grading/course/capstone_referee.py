@@ -5,10 +5,16 @@ A plugin of this course (``grading.measure``): notebook 12's exercise 3 test cel
 the grading worker calls ``referee(rounds)`` here instead, after the notebook has run.
 Everything that decides the points happens in the worker, outside any learner code:
 
-* every timed run is a fresh process started by the grader (``grading.sandbox.rounds``):
+* each side of a round is a fresh process started by the grader (``grading.sandbox.rounds``):
   the baseline's processes never run learner code, the answer's run only notebook 12's
   imports and the learner's answer cells; each process warms up once on a task of its own,
-  then trains one timed task and is killed with everything it started;
+  then trains ``TIMED_RUNS`` timed tasks and is killed with everything it started. Both
+  sides train the same tasks, and every one of the answer's results is checked against the
+  baseline's. Where the grader can pause a process (root, cgroup v1's freezer), both sides'
+  processes are alive during a round and their timed runs alternate (baseline, answer,
+  answer, baseline, ...), the idle side paused, so that both sample the same moments of a
+  machine whose speed drifts; elsewhere one side's runs follow the other's. A side's time in
+  a round is the median of its runs;
 * the tasks (initial weights, batch order, which images, the noise on their pixels) are
   drawn here, with ``secrets``, and sent to a process only when its clock starts;
 * the clock is this process's; it stops when the trained weights and every step's loss
@@ -18,10 +24,12 @@ Everything that decides the points happens in the worker, outside any learner co
   limits are the grader's, the same for both sides;
 * the time other work had that CPU anyway during a timed run (the machine's other users,
   where the grader cannot keep them off) is not counted when the kernel accounted it
-  exactly, and a run it disturbed too much (``grading.sandbox.cpus``) is measured again with
-  new inputs, up to ``DISTURBED_RUNS`` times; then the test keeps its correctness points and
-  its speed points are left to the instructor (``Verdict.needs_manual_grade``), never
-  charged to the learner. Its result is still checked: correctness does not depend on time;
+  exactly; a run it disturbed too much (``grading.sandbox.cpus``) is left out of its side's
+  median, a round that keeps no majority of either side's runs is done again with new
+  inputs, and past ``DISTURBED_RUNS`` disturbed runs the test keeps its correctness points
+  and its speed points are left to the instructor (``Verdict.needs_manual_grade``), never
+  charged to the learner. A disturbed run's result is still checked: correctness does not
+  depend on time;
 * the ratio, the tier and the points are computed here, from ``course_utils.capstone``
   as installed (a learner who rebinds anything in their notebook changes their kernel's
   copy, never this one).
@@ -33,6 +41,7 @@ a result, since each round's task is drawn when the round starts.
 
 from __future__ import annotations
 
+import contextlib
 import statistics
 from dataclasses import asdict
 from typing import Any
@@ -44,9 +53,10 @@ from grading.sandbox.rounds import Disturbed, RoundError
 
 ENTRY = "course_utils.capstone.round_process:timed_rounds"
 ROUNDS = 5  # at most; measuring stops once the tier of the median is certain
+TIMED_RUNS = 5  # timed tasks per side and round; the side's time in the round is their median
 READY_SECONDS = 300.0  # loading, warming up and a cold torch.compile of the learner's answer
 MIN_ROUND_SECONDS = 60.0  # the answer's timed run may take this long, or 20 times the baseline's
-DISTURBED_RUNS = 5  # timed runs measured again because other work took their CPU, at most
+DISTURBED_RUNS = 3 * TIMED_RUNS  # timed runs other work disturbed, at most, before the speed is left unmeasured
 
 
 class _Unmeasurable(Exception):
@@ -55,6 +65,10 @@ class _Unmeasurable(Exception):
 
 class _OutOfTime(Exception):
     """The measurement's time budget is used up."""
+
+
+class _VoidRound(Exception):
+    """A round process could not finish while other work had its CPU: the round is done again."""
 
 
 class _Referee:
@@ -74,7 +88,8 @@ class _Referee:
         self.other_checked = False
         self.agreement: Any = None
         self.diagnosis: dict = {}
-        self.disturbed: list[str] = []  # the timed runs measured again, and why
+        self.disturbed: list[str] = []  # the timed runs left out, and why
+        self.interleaved = False  # whether the rounds' runs alternated between live processes
         self.corrections: list[float] = []  # seconds taken off timed runs: other work had their CPU (exact)
 
     def limit(self) -> float:
@@ -83,76 +98,117 @@ class _Referee:
         return max(MIN_ROUND_SECONDS, 20 * statistics.median(times)) if times else MIN_ROUND_SECONDS
 
     def note_disturbed(self, who: str, attempt: int, error: Disturbed) -> None:
-        """A run to do again; past ``DISTURBED_RUNS`` of them, the speed cannot be measured."""
+        """A run left out; past ``DISTURBED_RUNS`` of them, the speed cannot be measured."""
         self.disturbed.append(f"{who} in round {attempt}: {error}")
         if len(self.disturbed) > DISTURBED_RUNS:
             raise _Unmeasurable
 
-    def side(self, side: str, task: Any, attempt: int, baseline: Any) -> tuple[float | None, Any]:
-        """One fresh process of ``side``: warm up, the timed run of ``task``, then (once per side) the checks.
+    def _who(self, side: str, attempt: int) -> str:
+        return f"fast_train (round {attempt})" if side == "answer" else "the baseline"
 
-        The seconds are None when other work disturbed the timed run (its result is checked all
-        the same); ``Disturbed`` leaves here when the process could not even finish meanwhile.
-        """
-        who = f"fast_train (round {attempt})" if side == "answer" else "the baseline"
+    def _open(self, stack: contextlib.ExitStack, side: str) -> Any:
+        """A fresh process of ``side``, warmed up and ready (closed with ``stack``)."""
+        process = stack.enter_context(self.rounds.start(self.setups[side], side))
+        budget = self.rounds.remaining()
         try:
-            with self.rounds.start(self.setups[side], side) as process:
-                budget = self.rounds.remaining()
-                try:
-                    process.wait_ready(min(READY_SECONDS, max(budget, 1.0)))
-                except RoundError as error:
-                    if error.timeout and budget < READY_SECONDS:  # the budget ran out, not the answer's time
-                        raise _OutOfTime from None
-                    raise
-                try:
-                    seconds, message = process.round({"task": asdict(task)}, self.limit())
-                    if process.disturbance is not None and process.disturbance.correction:
-                        self.corrections.append(process.disturbance.correction)
-                except Disturbed as disturbed:
-                    if disturbed.result is None:
-                        raise
-                    self.note_disturbed(who, attempt, disturbed)
-                    seconds, message = None, disturbed.result
-                result = transfer.result_from_arrays(message.arrays, task, who=who)
-                if baseline is not None:  # the answer's run, checked before anything else is asked of it
-                    agreement = correctness.check_same_training(result, baseline, task, who=who)
-                    self.agreement = self.agreement or agreement
-                if side not in self.other_results:  # untimed: correctness on another task, then the diagnosis
-                    limit = max(self.limit(), MIN_ROUND_SECONDS)
-                    _, other = process.round({"task": asdict(self.other)}, limit, timed=False)
-                    self.other_results[side] = transfer.result_from_arrays(other.arrays, self.other, who=who)
-                    if side == "answer":
-                        spec = {"task": asdict(task), "diagnose": True}
-                        _, counted = process.round(spec, MIN_ROUND_SECONDS, timed=False)
-                        self.diagnosis = counted.header
+            process.wait_ready(min(READY_SECONDS, max(budget, 1.0)))
+        except RoundError as error:
+            if error.timeout and budget < READY_SECONDS:  # the budget ran out, not the answer's time
+                raise _OutOfTime from None
+            raise
+        return process
+
+    def _timed(self, process: Any, side: str, task: Any, attempt: int) -> tuple[float | None, Any]:
+        """One timed run: its seconds (None when other work disturbed it) and its result, which is always read."""
+        who = self._who(side, attempt)
+        try:
+            seconds, message = process.round({"task": asdict(task)}, self.limit())
+            if process.disturbance is not None and process.disturbance.correction:
+                self.corrections.append(process.disturbance.correction)
+        except Disturbed as disturbed:
+            if disturbed.result is None:
+                raise
+            self.note_disturbed(who, attempt, disturbed)
+            seconds, message = None, disturbed.result
+        return seconds, transfer.result_from_arrays(message.arrays, task, who=who)
+
+    def _untimed(self, process: Any, side: str, task: Any, attempt: int) -> None:
+        """Once per side: correctness on another task, then (the answer) the diagnosis."""
+        if side in self.other_results:
+            return
+        limit = max(self.limit(), MIN_ROUND_SECONDS)
+        _, other = process.round({"task": asdict(self.other)}, limit, timed=False)
+        self.other_results[side] = transfer.result_from_arrays(other.arrays, self.other, who=self._who(side, attempt))
+        if side == "answer":
+            _, counted = process.round({"task": asdict(task), "diagnose": True}, MIN_ROUND_SECONDS, timed=False)
+            self.diagnosis = counted.header
+
+    def _check(self, runs: dict[str, list], tasks: list[Any], index: int, attempt: int) -> None:
+        """The answer's result on ``tasks[index]`` against the baseline's, once both have arrived."""
+        if len(runs["answer"]) > index and len(runs["baseline"]) > index:
+            agreement = correctness.check_same_training(
+                runs["answer"][index][1], runs["baseline"][index][1], tasks[index], who=self._who("answer", attempt)
+            )
+            self.agreement = self.agreement or agreement
+
+    def round(self, tasks: list[Any], attempt: int) -> dict[str, list[tuple[float | None, Any]]]:
+        """Each side's timed runs of ``tasks`` (seconds or None, result), every answer checked as it arrives.
+
+        Interleaved where the processes can be paused; else one side after the other.
+        ``_VoidRound`` when a process could not finish while other work had its CPU (noted).
+        """
+        order = ("baseline", "answer") if attempt % 2 == 1 else ("answer", "baseline")
+        runs: dict[str, list[tuple[float | None, Any]]] = {"baseline": [], "answer": []}
+        side = order[0]
+        try:
+            with contextlib.ExitStack() as both:
+                first = self._open(both, side)
+                if first.pausable:
+                    self.interleaved = True
+                    first.pause()
+                    side = order[1]
+                    processes = {order[0]: first, side: self._open(both, side)}
+                    processes[side].pause()
+                    for index, task in enumerate(tasks):
+                        for side in order if index % 2 == 0 else order[::-1]:
+                            with processes[side].resumed() as process:
+                                runs[side].append(self._timed(process, side, task, attempt))
+                            self._check(runs, tasks, index, attempt)
+                    for side in order:
+                        with processes[side].resumed() as process:
+                            self._untimed(process, side, tasks[0], attempt)
+                    return runs
+                for position, side in enumerate(order):
+                    with contextlib.ExitStack() as one:
+                        process = first if position == 0 else self._open(one, side)
+                        for index, task in enumerate(tasks):
+                            runs[side].append(self._timed(process, side, task, attempt))
+                            self._check(runs, tasks, index, attempt)
+                        self._untimed(process, side, tasks[0], attempt)
+                    if position == 0:
+                        both.close()  # the first side's process ends before the second starts
+            return runs
         except TimeoutError:  # the budget, at the start of a process
             raise _OutOfTime from None
+        except Disturbed as disturbed:  # a process could not finish while other work had its CPU
+            self.note_disturbed(self._who(side, attempt), attempt, disturbed)
+            raise _VoidRound from None
         except RoundError as error:
             if side == "baseline":
                 raise RuntimeError(f"the baseline's process failed: {error} {error.details[-800:]}") from error
             raise _answer_failed(error, f"in round {attempt}") from None
-        return seconds, result
 
     def run(self) -> None:
-        """Interleaved rounds, stopping once the tier of the median is certain; disturbed rounds again."""
+        """Rounds until the tier of the median is certain; a round without enough undisturbed runs again."""
         thresholds = sorted(threshold for threshold, _ in scoring.SPEED_TIERS)
         attempt = 0
         while len(self.seconds["answer"]) < ROUNDS:
             attempt += 1
-            task = GRADED_TASK.drawn()
-            order = ("baseline", "answer") if attempt % 2 == 1 else ("answer", "baseline")
-            results: dict[str, tuple[float | None, Any]] = {}
+            tasks = [GRADED_TASK.drawn() for _ in range(TIMED_RUNS)]
             try:
-                for side in order:
-                    baseline = results["baseline"][1] if side == "answer" and "baseline" in results else None
-                    results[side] = self.side(side, task, attempt, baseline)
-            except Disturbed as disturbed:  # a process could not finish while other work had its CPU
-                self.note_disturbed("fast_train" if side == "answer" else "the baseline", attempt, disturbed)
+                runs = self.round(tasks, attempt)
+            except _VoidRound:
                 continue
-            if order[0] == "answer":  # the answer went first: check it now
-                self.agreement = self.agreement or correctness.check_same_training(
-                    results["answer"][1], results["baseline"][1], task, who=f"fast_train (round {attempt})"
-                )
             if not self.other_checked and len(self.other_results) == 2:
                 correctness.check_same_training(
                     self.other_results["answer"],
@@ -161,10 +217,15 @@ class _Referee:
                     who="fast_train on another task",
                 )
                 self.other_checked = True
-            if any(seconds is None for seconds, _ in results.values()):
-                continue  # its timing is void; the round is done again with new inputs
+            medians = {}
+            for side, side_runs in runs.items():
+                seconds = [s for s, _ in side_runs if s is not None]
+                if len(seconds) > len(tasks) // 2:
+                    medians[side] = statistics.median(seconds)
+            if len(medians) < 2:
+                continue  # too few undisturbed runs of a side; the round is done again with new inputs
             for side in ("baseline", "answer"):
-                self.seconds[side].append(results[side][0])
+                self.seconds[side].append(medians[side])
             ratios = [b / a for b, a in zip(self.seconds["baseline"], self.seconds["answer"], strict=True)]
             if scoring.tier_is_certain(ratios, ROUNDS, thresholds):
                 return
@@ -175,8 +236,10 @@ class _Referee:
 
     def _header(self) -> list[str]:
         lines = [
-            "measured by the grader, outside your notebook: each timed run in a fresh process on one CPU thread, "
-            "on weights, batches and images drawn when the run started"
+            "measured by the grader, outside your notebook: each side of a round in a fresh process on one CPU "
+            f"thread, {TIMED_RUNS} timed runs each"
+            + (", alternating with the baseline's" if self.interleaved else "")
+            + " (a round takes their median), on weights, batches and images drawn for the round"
             + (f"; on {self.rounds.cpu}" if self.rounds.cpu else "")
         ]
         if self.correct:
@@ -194,7 +257,7 @@ class _Referee:
             return lines
         more = len(self.disturbed) - 3
         shown = "; ".join(self.disturbed[:3]) + (f"; and {more} more" if more > 0 else "")
-        return [*lines, f"measured again ({len(self.disturbed)} timed runs): {shown}"]
+        return [*lines, f"left out of the medians ({len(self.disturbed)} timed runs): {shown}"]
 
     def verdict(self, note: str = "") -> Verdict:
         speedup = scoring.Speedup(tuple(self.seconds["baseline"]), tuple(self.seconds["answer"]))

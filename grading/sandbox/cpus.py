@@ -49,6 +49,7 @@ import functools
 import os
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
@@ -64,6 +65,9 @@ __all__ = [
     "isolation",
     "join_job",
     "leave_jobs",
+    "pausable_group",
+    "pause",
+    "remove_group",
     "reserve",
 ]
 
@@ -85,6 +89,7 @@ class CpuIsolation:
     pressure: Path | None = None  # a cgroup v2 hierarchy with PSI: the time a group waited for others
     realtime: bool = False  # SCHED_RR permitted (in the cpu hierarchy's root)
     shares: Path | None = None  # cgroup v1 cpu hierarchy: an equal share of the CPUs per job
+    freezer: Path | None = None  # cgroup v1 freezer hierarchy: a round process paused while the other side runs
 
     def missing(self) -> list[str]:
         """Each protection of a measurement this machine lacks, in words an instructor can act on."""
@@ -104,6 +109,11 @@ class CpuIsolation:
             gaps.append(
                 "no CPU share per job (needs root and cgroup v1's cpu controller): a kernel that starts many "
                 "processes takes a larger share of the CPUs from the other jobs' kernels"
+            )
+        if self.freezer is None:
+            gaps.append(
+                "the two sides of a measured round timed one after the other, each in its own process (needs root "
+                "and cgroup v1's freezer to pause the idle side): where the machine's speed drifts, so does the ratio"
             )
         if self.pressure is None:
             gaps.append(
@@ -151,6 +161,7 @@ def isolation(level: str) -> CpuIsolation:
         pressure if pressure is not None and "full " in _read(pressure / "cpu.pressure") else None,  # Linux >= 5.13
         realtime,
         shares,
+        _writable(_mount("cgroup", "freezer")),
     )
 
 
@@ -163,6 +174,48 @@ def _made(folder: Path) -> bool:
 
 
 # ----------------------------------------------------------------------------- cgroups (root)
+
+
+def _made_group(group: Path) -> Path | None:
+    try:
+        group.mkdir(parents=True, exist_ok=True)
+        return group
+    except OSError:
+        return None
+
+
+def pausable_group(parent: Path) -> tuple[Path, Callable[[], None]]:
+    """A new freezer group under ``parent``, and a ``preexec_fn`` that moves the child into it.
+
+    The child joins before it runs anything (before ``exec``), so every process it starts
+    is born inside: ``pause`` stops them all at once, and none can leave (a grading user
+    cannot write a cgroup file).
+    """
+    group = Path(tempfile.mkdtemp(prefix="round-", dir=parent))
+    procs = str(group / "cgroup.procs")
+
+    def join() -> None:
+        with open(procs, "w", encoding="ascii") as file:
+            file.write(str(os.getpid()))
+
+    return group, join
+
+
+def remove_group(group: Path) -> bool:
+    """Remove a round process's freezer group once its processes are gone (killed ones take a moment)."""
+    return _remove(group, wait=2.0)
+
+
+def pause(group: Path, frozen: bool, timeout: float = 5.0) -> bool:
+    """Freeze (``frozen``) or thaw every process of a freezer ``group``; whether it got there in ``timeout`` s."""
+    state = "FROZEN" if frozen else "THAWED"
+    _write(group / "freezer.state", state)
+    deadline = time.monotonic() + timeout
+    while _read(group / "freezer.state").strip() != state:  # FREEZING until every task has stopped
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.001)
+    return True
 
 
 def parse_cpus(text: str) -> set[int]:
@@ -328,6 +381,7 @@ class Reservation:
     realtime: bool = False  # round processes run at SCHED_RR
     pressure: Path | None = None  # the measurement's cgroup v2 group (its cpu.pressure)
     accounting: Path | None = None  # the measurement's cgroup v1 cpuacct group
+    freezer: Path | None = None  # the measurement's cgroup v1 freezer group: each round process gets one inside
     waited: float = 0.0  # seconds spent waiting for a free CPU
 
     def describe(self) -> str:
@@ -399,11 +453,14 @@ def reserve(level: str, slot: int, uid: int | None, wait: float) -> Iterator[Res
         realtime=iso.realtime and held is not None,  # real-time only on a CPU no other measurement may share
         pressure=groups[iso.pressure][0] if iso.pressure is not None else None,
         accounting=groups[iso.cpuacct][0] if iso.cpuacct is not None else None,
+        freezer=_made_group(iso.freezer / PARENT / name) if iso.freezer is not None else None,
         waited=time.monotonic() - started,
     )
     try:
         yield reservation
     finally:
+        if reservation.freezer is not None:  # its round processes' groups are gone with them
+            _remove(reservation.freezer, wait=2.0)
         with _locked():  # back where this process was (a worker: its job's cgroup, recreated if pruned meanwhile)
             for hierarchy, (group, back) in groups.items():
                 if back.parent.name == PARENT and not back.is_dir():  # a job's group, pruned while it was empty

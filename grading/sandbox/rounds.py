@@ -49,7 +49,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, BinaryIO, TextIO
 
-from grading.sandbox.cpus import REALTIME_PRIORITY, Disturbance, Ledger, Reservation
+from grading.sandbox.cpus import (
+    REALTIME_PRIORITY,
+    Disturbance,
+    Ledger,
+    Reservation,
+    pausable_group,
+    pause,
+    remove_group,
+)
 from grading.sandbox.protections import GRADING_UID_BASE, Limits, Protections, jail_argv, parent_death_signal
 
 __all__ = ["Channel", "Disturbed", "Message", "RoundError", "RoundProcess", "echo", "main", "starter"]
@@ -71,7 +79,11 @@ class Disturbed(Exception):
     """Other work took the measured CPU from a round process: its time is not its own (a grader problem)."""
 
     def __init__(
-        self, message: str, disturbance: Disturbance, seconds: float | None = None, result: Message | None = None
+        self,
+        message: str,
+        disturbance: Disturbance | None,
+        seconds: float | None = None,
+        result: Message | None = None,
     ) -> None:
         super().__init__(message)
         self.disturbance = disturbance
@@ -168,10 +180,13 @@ def echo(channel: Channel, setup: dict[str, Any]) -> None:
 class RoundProcess:
     """One fresh jailed process running a measured test's entry (see the module docstring)."""
 
-    def __init__(self, process: subprocess.Popen, workdir: Path, log: Path, reservation: Reservation) -> None:
+    def __init__(
+        self, process: subprocess.Popen, workdir: Path, log: Path, reservation: Reservation, group: Path | None = None
+    ) -> None:
         self._process = process
         self._workdir = workdir
         self._log = log
+        self._group = group  # its freezer group (``pausable``), or None
         self._buffer = b""
         self._ledger = Ledger(reservation, lambda: [process.pid])
         self._realtime = reservation.realtime
@@ -208,6 +223,15 @@ class RoundProcess:
             realtime=reservation.realtime,
             env=env,
         )
+        group, join = pausable_group(reservation.freezer) if reservation.freezer is not None else (None, None)
+        die_with_parent = parent_death_signal()
+
+        def before_exec() -> None:
+            if join is not None:
+                join()
+            if die_with_parent is not None:
+                die_with_parent()
+
         with open(log, "wb") as stderr:
             process = subprocess.Popen(
                 [*argv, sys.executable, "-I", "-m", "grading.sandbox.rounds"],
@@ -215,15 +239,41 @@ class RoundProcess:
                 stdout=subprocess.PIPE,
                 stderr=stderr,
                 cwd=workdir,
-                preexec_fn=parent_death_signal(),
+                preexec_fn=before_exec,
                 start_new_session=True,  # without namespaces, close() kills the process group
             )
-        self = cls(process, workdir, log, reservation)
+        self = cls(process, workdir, log, reservation, group)
         self._write(setup)
         return self
 
     def __enter__(self) -> RoundProcess:
         return self
+
+    @property
+    def pausable(self) -> bool:
+        """Whether ``paused()`` can stop this process and all it started (a freezer group; root only)."""
+        return self._group is not None
+
+    def pause(self) -> None:
+        """Stop this process and every process it started until ``resume()``: none of them runs meanwhile.
+
+        ``Disturbed`` if the kernel could not stop them all within 5 s (a task stuck in the
+        kernel): the machine's doing, measure again.
+        """
+        assert self._group is not None, "not pausable"
+        if not pause(self._group, True):
+            raise Disturbed("the other side's process could not be paused within 5 s", None)
+
+    def resume(self) -> None:
+        assert self._group is not None, "not pausable"
+        pause(self._group, False)
+
+    @contextlib.contextmanager
+    def resumed(self) -> Iterator[RoundProcess]:
+        """Running for the block, paused again after it (when it ends normally)."""
+        self.resume()
+        yield self
+        self.pause()
 
     def __exit__(self, *exc_info: object) -> None:
         self.close()
@@ -358,6 +408,9 @@ class RoundProcess:
 
     def close(self) -> None:
         """Kill the process (its PID namespace goes with it) and remove its working directory."""
+        if self._group is not None:
+            with contextlib.suppress(OSError):
+                pause(self._group, False)  # a frozen task dies only once thawed
         if self._process.poll() is None:
             self._process.kill()
         with contextlib.suppress(OSError):
@@ -371,6 +424,8 @@ class RoundProcess:
         shutil.rmtree(self._workdir, ignore_errors=True)
         with contextlib.suppress(OSError):
             self._log.unlink()
+        if self._group is not None:
+            remove_group(self._group)
 
 
 def starter(
