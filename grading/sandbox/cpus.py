@@ -20,6 +20,11 @@ Contract. At the ``root`` level (``isolation(level)`` says what this machine off
   real-time priority (``SCHED_RR``), so that ordinary processes the grader does not control
   (the machine's other users, the ``course`` command itself) run elsewhere; for that the
   measurement runs in the ``cpu`` hierarchy's root, which holds the real-time budget.
+* ``pausable_group(parent)`` and ``pause(group, frozen)`` (cgroup v1's ``freezer``): each
+  round process of a measurement joins a freezer group of its own before it runs anything
+  (``Reservation.freezer`` is their parent), so that the grader can stop it and everything
+  it starts at once, and start it again: a measurement keeps both sides' processes alive
+  and freezes the one that is not being timed, which then cannot run at all.
 * ``Ledger``: how long, during an interval, the measurement's processes wanted the CPU while
   something else had it. With a cgroup v2 hierarchy (mounted beside v1 as here, or alone),
   that is the measurement group's CPU pressure, ``full`` line (the kernel's PSI, for cgroups
