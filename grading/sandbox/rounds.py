@@ -9,10 +9,13 @@ CPU: ``grading.sandbox.cpus``) and sends it its setup, a JSON object whose ``ent
 ``Channel``. ``wait_ready`` waits until the entry says it is ready (after its warm-up);
 ``round(spec)`` sends one round's inputs and measures, with this process's clock, the
 time until the whole reply has arrived: the clock stops on the last byte of the result,
-so a result must be computed and serialised before it counts. ``close()`` kills the
-process, and with it every process it started (its PID namespace), and removes its
-working directory. Nothing the process does can reach the clock, the other side's
-processes or the code that scores the result: those run in this process.
+so a result must be computed and serialised before it counts. Where the reservation has a
+freezer group (root), ``pause()`` stops the process and everything it started, and
+``resume()`` (or the ``resumed()`` block) lets them run again: the referee keeps both sides
+alive and pauses the one it is not timing. ``close()`` kills the process, and with it every
+process it started (its PID namespace), and removes its working directory. Nothing the
+process does can reach the clock, the other side's processes or the code that scores the
+result: those run in this process.
 
 Every wait is also accounted on the measured CPU (``cpus.Ledger``): a timed round during
 which other work took a substantial share of that CPU from the process raises
@@ -232,16 +235,21 @@ class RoundProcess:
             if die_with_parent is not None:
                 die_with_parent()
 
-        with open(log, "wb") as stderr:
-            process = subprocess.Popen(
-                [*argv, sys.executable, "-I", "-m", "grading.sandbox.rounds"],
-                stdin=subprocess.PIPE,
-                stdout=subprocess.PIPE,
-                stderr=stderr,
-                cwd=workdir,
-                preexec_fn=before_exec,
-                start_new_session=True,  # without namespaces, close() kills the process group
-            )
+        try:
+            with open(log, "wb") as stderr:
+                process = subprocess.Popen(
+                    [*argv, sys.executable, "-I", "-m", "grading.sandbox.rounds"],
+                    stdin=subprocess.PIPE,
+                    stdout=subprocess.PIPE,
+                    stderr=stderr,
+                    cwd=workdir,
+                    preexec_fn=before_exec,
+                    start_new_session=True,  # without namespaces, close() kills the process group
+                )
+        except BaseException:
+            if group is not None:
+                remove_group(group)
+            raise
         self = cls(process, workdir, log, reservation, group)
         self._write(setup)
         return self
@@ -251,7 +259,7 @@ class RoundProcess:
 
     @property
     def pausable(self) -> bool:
-        """Whether ``paused()`` can stop this process and all it started (a freezer group; root only)."""
+        """Whether ``pause()`` can stop this process and all it started (a freezer group; root only)."""
         return self._group is not None
 
     def pause(self) -> None:
@@ -262,7 +270,7 @@ class RoundProcess:
         """
         assert self._group is not None, "not pausable"
         if not pause(self._group, True):
-            raise Disturbed("the other side's process could not be paused within 5 s", None)
+            raise Disturbed("the process could not be paused within 5 s", None)
 
     def resume(self) -> None:
         assert self._group is not None, "not pausable"
