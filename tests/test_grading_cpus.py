@@ -256,7 +256,7 @@ def test_a_paused_round_process_and_all_it_started_use_no_cpu(measurement):
         process.pause()
         paused = _cpu_seconds(pids)
         time.sleep(0.5)
-        assert _cpu_seconds(pids) - paused < 0.02  # and not at all while paused
+        assert _cpu_seconds(pids) - paused < 0.05  # and not at all while paused (a tick or two of rounding)
         with process.resumed():
             _, message = process.round({"payload": "awake"}, timeout=60)  # it answers once resumed
         assert bytes(message.arrays["payload"][2]) == b"awake"
