@@ -181,14 +181,6 @@ def _made(folder: Path) -> bool:
 # ----------------------------------------------------------------------------- cgroups (root)
 
 
-def _made_group(group: Path) -> Path | None:
-    try:
-        group.mkdir(parents=True, exist_ok=True)
-        return group
-    except OSError:
-        return None
-
-
 def pausable_group(parent: Path) -> tuple[Path, Callable[[], None]]:
     """A new freezer group under ``parent``, and a ``preexec_fn`` that moves the child into it.
 
@@ -452,13 +444,14 @@ def reserve(level: str, slot: int, uid: int | None, wait: float) -> Iterator[Res
     if cpu is None:  # not held: one of the CPUs this process's job may use now
         allowed = sorted(os.sched_getaffinity(0))
         cpu = preferred if preferred in allowed else allowed[slot % len(allowed)]
+    freezer = iso.freezer / PARENT / name if iso.freezer is not None else None
     reservation = Reservation(
         cpu,
         held=held is not None,
         realtime=iso.realtime and held is not None,  # real-time only on a CPU no other measurement may share
         pressure=groups[iso.pressure][0] if iso.pressure is not None else None,
         accounting=groups[iso.cpuacct][0] if iso.cpuacct is not None else None,
-        freezer=_made_group(iso.freezer / PARENT / name) if iso.freezer is not None else None,
+        freezer=freezer if freezer is not None and _made(freezer) else None,
         waited=time.monotonic() - started,
     )
     try:
