@@ -137,6 +137,7 @@ class _Client(NotebookClient):
             outs.append(new_output("stream", name="stderr", text="[stderr output truncated by the grader]\n"))
         return None
 
+    # nbclient's private reader (0.11.0, pinned in environment.yml): kept so that stop_reading can end it
     async def _async_poll_output_msg(self, parent_msg_id, cell, cell_index):  # type: ignore[override]
         self._reader = asyncio.current_task()
         return await super()._async_poll_output_msg(parent_msg_id, cell, cell_index)
