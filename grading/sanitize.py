@@ -46,6 +46,7 @@ __all__ = [
     "SourceNotebook",
     "changed_cells",
     "fail_all_tests",
+    "fail_cell",
     "hidden_lines",
     "is_test",
     "nbgrader_meta",
@@ -572,6 +573,12 @@ def notes_cell(notes: list[str], nb: NotebookNode | None = None) -> NotebookNode
 
 def _numbered(name: str, n: int) -> str:
     return name if n == 1 else f"{name}-{n}"
+
+
+def fail_cell(cell: NotebookNode, ename: str, message: str) -> None:
+    """Give ``cell`` one error output (its other errors removed): nbgrader scores a test with one as failed."""
+    cell.outputs = [o for o in cell.get("outputs", []) if o.get("output_type") != "error"]
+    cell.outputs.append(new_output("error", ename=ename, evalue=message, traceback=[f"{ename}: {message}"]))
 
 
 def fail_all_tests(nb: NotebookNode, reason: str) -> NotebookNode:

@@ -17,8 +17,8 @@ from grading.sandbox.execute import (
     drop_profiler_chatter,
     execute,
     explain_limits,
-    keep_hidden_tests_out,
 )
+from grading.sandbox.leaks import keep_hidden_tests_out
 from grading.sandbox.protections import Limits
 
 SOURCE = Path(__file__).parent / "fixtures" / "grading" / "notebooks" / "90_grade_fixture_tensors.ipynb"

@@ -28,7 +28,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import copy
-import html
 import json
 import re
 import signal
@@ -45,8 +44,9 @@ from nbformat import NotebookNode
 from nbformat.v4 import new_output
 
 from grading.guard import digest
+from grading.sandbox.leaks import keep_hidden_tests_out, label
 from grading.sandbox.protections import Limits, parent_death_signal
-from grading.sanitize import hidden_lines, is_test, role
+from grading.sanitize import fail_cell, is_test, role
 
 __all__ = ["GRADER_PROBLEM", "JailedKernelManager", "drop_profiler_chatter", "execute"]
 
@@ -258,12 +258,7 @@ def explain_limits(nb: NotebookNode, limits: Limits, notes: list[str]) -> None:
                 continue
             first, newline, rest = str(output.get("evalue", "")).partition("\n")
             output["evalue"] = f"{first} [grading sandbox: {why}]{newline}{rest}"
-            notes.append(f"{_label(nb, index)}: {why}.")
-
-
-def _fail(cell: NotebookNode, ename: str, message: str) -> None:
-    cell.outputs = [o for o in cell.get("outputs", []) if o.get("output_type") != "error"]
-    cell.outputs.append(new_output("error", ename=ename, evalue=message, traceback=[f"{ename}: {message}"]))
+            notes.append(f"{label(nb, index)}: {why}.")
 
 
 def _has_error(cell: NotebookNode) -> str | None:
@@ -308,7 +303,7 @@ def execute(
     for index, cell in enumerate(nb.cells):
         for output in cell.get("outputs", []) if is_test(cell) else []:
             if output.get("ename") == "GradingIntegrityError" and str(output.get("evalue", "")).startswith("the test"):
-                notes.append(f"{_label(nb, index)}: {output['evalue']}.")
+                notes.append(f"{label(nb, index)}: {output['evalue']}.")
     return nb
 
 
@@ -339,7 +334,7 @@ def _run(
         for index in code[position:]:
             cell = nb.cells[index]
             if is_test(cell) or cell.get("metadata", {}).get("nbgrader", {}).get("solution"):
-                _fail(cell, "NotRun", reason)
+                fail_cell(cell, "NotRun", reason)
 
     while position < len(code):
         km = new_kernel()
@@ -369,8 +364,8 @@ def _run(
                     try:
                         client.execute_cell(cell, index, store_history=not is_test(cell))
                     except CellTimeoutError:
-                        _fail(cell, "CellTimeoutError", f"the cell exceeded its {limit:.0f} s time limit")
-                        notes.append(f"Cell {_label(nb, index)} exceeded its {limit:.0f} s time limit.")
+                        fail_cell(cell, "CellTimeoutError", f"the cell exceeded its {limit:.0f} s time limit")
+                        notes.append(f"Cell {label(nb, index)} exceeded its {limit:.0f} s time limit.")
                         _unfinished(nb, index, history, unfinished)
                         if kind is None and _interrupted(client, km, limit, deadline):
                             position += 1  # the kernel keeps what the cell did before the interrupt, as in nbgrader
@@ -379,8 +374,8 @@ def _run(
                     except DeadKernelError:
                         _unfinished(nb, index, history, unfinished)
                         words = _exit_words(km.exit_status())
-                        _fail(cell, "KernelDied", words)
-                        notes.append(f"Cell {_label(nb, index)}: {words}.")
+                        fail_cell(cell, "KernelDied", words)
+                        notes.append(f"Cell {label(nb, index)}: {words}.")
                         raise
                     if kind == "preamble" and _has_error(cell):
                         notes.append(f"{GRADER_PROBLEM}: the grader's preamble failed ({_has_error(cell)}).")
@@ -393,7 +388,7 @@ def _run(
                         and not _has_error(cell)
                         and not _answered(cell, digest(token, index, phase))
                     ):
-                        _fail(cell, "GradingIntegrityError", BYPASSED)
+                        fail_cell(cell, "GradingIntegrityError", BYPASSED)
                     if kind in ("guard", "close") and _has_error(cell):
                         _untrusted_from(nb, code, position, _has_error(cell) or "tampering detected", notes)
                         return nb
@@ -454,108 +449,13 @@ def _untrusted_from(nb: NotebookNode, code: list[int], position: int, message: s
     """A grader cell found tampering: fail every test from here on (and the test a closing cell closes)."""
     index = code[position]
     if role(nb.cells[index]) == "close" and index > 0 and is_test(nb.cells[index - 1]):
-        notes.append(f"During {_label(nb, index - 1)}: {message}.")
-        _fail(nb.cells[index - 1], "GradingIntegrityError", message)
+        notes.append(f"During {label(nb, index - 1)}: {message}.")
+        fail_cell(nb.cells[index - 1], "GradingIntegrityError", message)
     else:
-        notes.append(f"Before {_label(nb, index + 1)}: {message}.")
+        notes.append(f"Before {label(nb, index + 1)}: {message}.")
     for later in code[position + 1 :]:
         if is_test(nb.cells[later]):
-            _fail(nb.cells[later], "GradingIntegrityError", message)
-
-
-# ---------------------------------------------------------------------------------------
-# hidden tests never leave in an output
-
-_ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
-_ESCAPES = {"\\n": "\n", "\\t": "\t", "\\'": "'", '\\"': '"', "\\\\": "\\"}
-_MIN_SECRET = 8  # characters of a hidden line, once stripped, for it to count (as release.find_leaks)
-REDACTED = "[removed by the grader: this output held text of the hidden tests of {}]"
-
-
-def _squeeze(text: str) -> str:
-    return " ".join(text.split())
-
-
-def _readings(text: str) -> list[str]:
-    """The ways an output may show a line: as printed, inside a repr (escaped), as HTML, coloured."""
-    plain = _ANSI.sub("", text)
-    unescaped = plain
-    for escaped, character in _ESCAPES.items():
-        unescaped = unescaped.replace(escaped, character)
-    return [_squeeze(t) for t in dict.fromkeys((plain, unescaped, html.unescape(plain), html.unescape(unescaped)))]
-
-
-def _secrets(nb: NotebookNode) -> dict[str, str]:
-    """squeezed hidden line -> the label of its test cell, for lines no visible text contains."""
-    hidden: dict[str, str] = {}
-    public = []
-    for index, cell in enumerate(nb.cells):
-        lines = cell.get("source", "").split("\n")
-        secret = set(hidden_lines(cell)) if is_test(cell) else set()
-        public += [line for i, line in enumerate(lines) if i not in secret]
-        for i in secret:
-            if i < len(lines) and len(lines[i].strip()) >= _MIN_SECRET:
-                hidden.setdefault(_squeeze(lines[i]), _label(nb, index))
-    text = _squeeze("\n".join(public))
-    return {line: label for line, label in hidden.items() if line not in text and "HIDDEN TESTS" not in line}
-
-
-def _leaked(text: str, secrets: dict[str, str]) -> set[str]:
-    readings = _readings(text)
-    return {label for line, label in secrets.items() if any(line in reading for reading in readings)}
-
-
-def keep_hidden_tests_out(nb: NotebookNode, notes: list[str]) -> None:
-    """Replace every output that shows a hidden line; the tests it came from score 0, with a note."""
-    secrets = _secrets(nb)
-    if not secrets:
-        return
-    leaked: dict[str, set[str]] = {}
-    for index, cell in enumerate(nb.cells):
-        for output in cell.get("outputs", []) if cell.get("cell_type") == "code" else []:
-            for field, text in _texts(output):
-                found = _leaked(text, secrets)
-                if found:
-                    _replace(output, field, REDACTED.format(", ".join(sorted(found))))
-                    for label in found:
-                        leaked.setdefault(label, set()).add(_label(nb, index))
-    for index, cell in enumerate(nb.cells):
-        label = _label(nb, index)
-        if is_test(cell) and label in leaked:
-            where = ", ".join(sorted(leaked[label]))
-            message = (
-                f"text of this test's hidden lines appeared in the output of {where}: the hidden tests were read "
-                "from the kernel, so this test scores 0"
-            )
-            _fail(cell, "GradingIntegrityError", message)
-            notes.append(f"{label}: {message} (that output was removed).")
-
-
-def _texts(output: dict) -> list[tuple[tuple, str]]:
-    """(where in the output, text) of every piece of text an output holds."""
-    found: list[tuple[tuple, str]] = []
-    if "text" in output:
-        found.append((("text",), _joined(output["text"])))
-    for mime, value in (output.get("data") or {}).items():
-        found.append((("data", mime), _joined(value) if isinstance(value, str | list) else json.dumps(value)))
-    if "evalue" in output:
-        found.append((("evalue",), str(output["evalue"])))
-    for i, line in enumerate(output.get("traceback") or []):
-        found.append((("traceback", i), str(line)))
-    return found
-
-
-def _joined(value: object) -> str:
-    return "".join(value) if isinstance(value, list) else str(value)
-
-
-def _replace(output: dict, field: tuple, note: str) -> None:
-    if field[0] == "data":
-        output["data"][field[1]] = note if isinstance(output["data"][field[1]], str | list) else {"removed": note}
-    elif field[0] == "traceback":
-        output["traceback"][field[1]] = note
-    else:
-        output[field[0]] = note + ("\n" if field[0] == "text" else "")
+            fail_cell(nb.cells[later], "GradingIntegrityError", message)
 
 
 def _interrupted(client: _Client, km: JailedKernelManager, limit: float, deadline: float) -> bool:
@@ -591,19 +491,6 @@ def _kill(km: JailedKernelManager) -> None:
         process = getattr(km.provisioner, "process", None)
         if process is not None and process.poll() is None:
             process.kill()
-
-
-def _label(nb: NotebookNode, index: int) -> str:
-    if index >= len(nb.cells):
-        return "the end"
-    grade_id = nb.cells[index].get("metadata", {}).get("nbgrader", {}).get("grade_id")
-    if grade_id:
-        return f"`{grade_id}`"
-    kind = role(nb.cells[index])
-    if kind:
-        return f"(grader {kind})"
-    code = [i for i, c in enumerate(nb.cells) if c.cell_type == "code" and not role(c)]
-    return f"code cell {code.index(index) + 1}" if index in code else f"cell {index}"
 
 
 def _tail(km: JailedKernelManager) -> str:
