@@ -40,6 +40,7 @@ from typing import Any, ClassVar
 
 import nbformat
 
+from grading.safe_html import make_safe_to_read
 from grading.sandbox.execute import GRADER_PROBLEM
 from grading.sanitize import (
     Prepared,
@@ -352,6 +353,7 @@ def finish(prepared: Prepared, result: dict | None, recipe: Recipe, job: Noteboo
                 flag_unmeasured(gb, not_measured, job.notebook, job.assignment, job.student)
     except Exception as error:  # the grades of this notebook may be incomplete: say so
         outcome.notes = [*notes, f"{GRADER_PROBLEM}: recording the grades failed ({type(error).__name__}: {error})."]
+    nb = make_safe_to_read(nb)  # after recording: what a person's browser renders of the learner's cells
     if outcome.notes:
         nb.cells.insert(0, notes_cell(outcome.notes, nb))
     outcome.text = nbformat.writes(nb)
