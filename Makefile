@@ -82,7 +82,7 @@ release: $(STAMP)  ## regenerate the student versions in grading/course/release/
 grade-benchmark: $(STAMP)  ## plain nbgrader vs `course autograde --jobs 2` on a class of 20; prints the ratio (BENCH_ARGS=--cluster: --jobs 2 vs a local Dask cluster)
 	$(BIN)/python tools/grade_benchmark.py $(BENCH_ARGS)
 
-coordinator-benchmark: $(STAMP)  ## a cluster's coordinator: CPU s per notebook for 2,000 notebooks, before/after issue 24, SQLite and PostgreSQL
+coordinator-benchmark: $(STAMP)  ## a cluster's coordinator: CPU s per notebook for 2,000 notebooks, SQLite and PostgreSQL (BENCH_ARGS="--versions before,after": also the pre-issue-24 one, about 2 hours more)
 	$(BIN)/python tools/coordinator_benchmark.py $(BENCH_ARGS)
 
 capstone-benchmark: $(STAMP)  ## notebook 12's measured grade for four answers, graded 20 times: points and speedup spread (BENCH_ARGS="--load 2": beside outside CPU load)

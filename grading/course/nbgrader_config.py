@@ -1,6 +1,6 @@
 """nbgrader configuration of this course directory.
 
-Both plain `nbgrader` (run in grading/) and the `course` command read it: `course` loads
+Both plain `nbgrader` (run in this folder, grading/course/) and the `course` command read it: `course` loads
 it with nbgrader's own application class, so every nbgrader option set here applies to
 `course release`, `autograde`, `feedback` and `export` too (see grading/README.md).
 """
