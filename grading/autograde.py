@@ -272,6 +272,7 @@ def _stale(course: Course, sub: Submission, glob: str = "*") -> bool:
     from nbgrader.utils import parse_utc
 
     dest = course.folder("autograded", sub.assignment, sub.student)
+    _recover(dest)  # a run killed while it replaced this result left the previous one aside
     if not dest.exists():
         return True
     if glob != "*" and any(not (dest / f"{name}.ipynb").exists() for name in _matching(sub.notebooks, glob)):
@@ -307,19 +308,46 @@ def _mismatch_notes(unknown: list[str], missing: dict[str, float]) -> list[str]:
     return notes
 
 
-def _move_into(staging: Path, dest: Path) -> None:
-    """Put a graded submission's staging folder in place (merged into ``dest`` when one is left)."""
+def _replaced(dest: Path) -> Path:
+    """Where a previous autograded folder waits, for the moment of its replacement, to be removed."""
+    return dest.with_name(f".{dest.name}.replaced")
+
+
+def _move_into(staging: Path, dest: Path, whole: bool) -> None:
+    """Put a graded submission's staging folder in place of its previous result, if any.
+
+    ``whole`` (every notebook was graded): ``dest`` is swapped for ``staging`` by two renames,
+    the old folder removed after; else (``--notebook``) each new file replaces its old one by a
+    rename. At every moment the submission has one complete result, old or new; a kill
+    between the two renames leaves the old one aside, which ``_recover`` puts back.
+    """
     if not dest.exists():
         staging.rename(dest)
-        return
-    for path in sorted(staging.rglob("*"), key=lambda p: len(p.parts)):
-        target = dest / path.relative_to(staging)
-        if path.is_dir():
-            target.mkdir(exist_ok=True)
+    elif whole:
+        aside = _replaced(dest)
+        if aside.exists():
+            shutil.rmtree(aside)
+        dest.rename(aside)
+        staging.rename(dest)
+        shutil.rmtree(aside)
+    else:
+        for path in sorted(staging.rglob("*"), key=lambda p: len(p.parts)):
+            target = dest / path.relative_to(staging)
+            if path.is_dir():
+                target.mkdir(exist_ok=True)
+            else:
+                path.replace(target)
+        shutil.rmtree(staging)
+
+
+def _recover(dest: Path) -> None:
+    """After a run killed mid-replacement: the previous result back in place (or its leftover removed)."""
+    aside = _replaced(dest)
+    if aside.is_dir():
+        if dest.exists():
+            shutil.rmtree(aside)
         else:
-            target.unlink(missing_ok=True)
-            path.rename(target)
-    shutil.rmtree(staging)
+            aside.rename(dest)
 
 
 def _copy_files(course: Course, sub: Submission, dest: Path, exclude: dict) -> None:
@@ -506,7 +534,11 @@ class _Run:
             return
         if not final and len(self.outcomes) < _BATCH and time.monotonic() < self.first_outcome + _BATCH_SECONDS:
             return
-        batch, self.outcomes = self.outcomes, []
+        batch, self.outcomes = self._whole_submissions()
+        if self.outcomes:  # the rest wait for their submission's other notebooks
+            self.first_outcome = time.monotonic()
+        if not batch:
+            return
         with self.clock.phase("record"):
             problems = self.recorder.record(batch)
         completed = []
@@ -531,18 +563,28 @@ class _Run:
     def lay_out(self, sub: Submission, selected: list[str]) -> None:
         """An empty staging folder with the submission's and the source's other files.
 
-        The autograded notebooks about to be graded are removed first (the whole autograded
-        folder when every notebook is), so that a run stopped midway leaves them to the next.
+        A previous result (``--force``, or a newer submission) stays in place until the new
+        one is complete (``complete``): a run stopped midway leaves every learner a complete
+        result, the old one, and a gradebook that still holds its grades.
         """
         dest, staging = self.course.folder("autograded", sub.assignment, sub.student), self.staging(sub)
+        _recover(dest)
         if staging.exists():
             shutil.rmtree(staging)
-        if self.glob == "*" and dest.exists():
-            shutil.rmtree(dest)
-        for name in selected if self.glob != "*" else ():  # nbgrader's "Removing existing notebook"
-            (dest / f"{name}.ipynb").unlink(missing_ok=True)
         staging.mkdir(parents=True)
         _copy_files(self.course, sub, staging, self.nbgrader.exclude)
+
+    def _whole_submissions(self) -> tuple[list[tuple[Submission, str, Outcome]], list[tuple[Submission, str, Outcome]]]:
+        """(the graded notebooks of submissions graded whole, the others): a submission's grades go in at once.
+
+        So the gradebook, like ``autograded/``, holds either a submission's previous grades or
+        all of its new ones, whenever the run stops.
+        """
+        graded: dict[Submission, int] = {}
+        for sub, _, _ in self.outcomes:
+            graded[sub] = graded.get(sub, 0) + 1
+        whole = {sub for sub, count in graded.items() if count >= self.pending[sub].left}
+        return [o for o in self.outcomes if o[0] in whole], [o for o in self.outcomes if o[0] not in whole]
 
     def staging(self, sub: Submission) -> Path:
         """Where a submission's autograded folder is built; renamed into place when all of it is graded.
@@ -562,7 +604,7 @@ class _Run:
             for sub in subs:
                 dest, staging = self.course.folder("autograded", sub.assignment, sub.student), self.staging(sub)
                 if staging.is_dir():
-                    _move_into(staging, dest)
+                    _move_into(staging, dest, whole=self.glob == "*")
                 if dest.is_dir():  # nbgrader's own: files 444 (664 groupshared), folders 2770 added when groupshared
                     self.nbgrader.converter.set_permissions(sub.assignment, sub.student)
             totals = self.recorder.totals(subs)
