@@ -34,8 +34,10 @@ lab: workspace  ## open JupyterLab on workspace/, the learner's lab (no instruct
 	PATH="$(abspath $(BIN)):$$PATH" JUPYTER_CONFIG_PATH="$(CURDIR)/jupyter/learner$${JUPYTER_CONFIG_PATH:+:$$JUPYTER_CONFIG_PATH}" \
 	  $(BIN)/jupyter lab --notebook-dir=$(WORKSPACE) --port=$(PORT) $(ROOT_FLAG) $(LAB_ARGS)
 
+# jupyter/instructor: the formgrader renders submissions sanitized (grading/README.md, "Manual grading").
 lab-instructor: $(STAMP)  ## open JupyterLab on notebooks/ (solutions, hidden tests) with every nbgrader tool
-	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/jupyter lab --notebook-dir=$(NOTEBOOK_DIR) --port=$(PORT) $(ROOT_FLAG) $(LAB_ARGS)
+	PATH="$(abspath $(BIN)):$$PATH" JUPYTER_CONFIG_PATH="$(CURDIR)/jupyter/instructor$${JUPYTER_CONFIG_PATH:+:$$JUPYTER_CONFIG_PATH}" \
+	  $(BIN)/jupyter lab --notebook-dir=$(NOTEBOOK_DIR) --port=$(PORT) $(ROOT_FLAG) $(LAB_ARGS)
 
 test: $(STAMP)  ## lint, check notebooks, run unit tests and every notebook (small sizes)
 	$(BIN)/ruff check course_utils grading tools tests notebooks docs
@@ -56,8 +58,8 @@ site: $(STAMP)  ## the course site in build/site/html (Sphinx + MyST-NB, offline
 
 # `make browser-test` drives Debian's chromium with Playwright; `make chromium` installs it when missing.
 BROWSER_SHOTS ?= build/browser-test
-browser-test: chromium site  ## every notebook in JupyterLab in headless Chromium (learner's and solved), and the site; screenshots in build/browser-test/
-	COURSE_BROWSER_TEST=1 BROWSER_TEST_SHOTS="$(abspath $(BROWSER_SHOTS))" $(BIN)/pytest tests/test_browser.py $(PYTEST_ARGS); \
+browser-test: chromium site  ## every notebook in JupyterLab in headless Chromium (learner's and solved), the site, and the formgrader on a hostile submission; screenshots in build/browser-test/
+	COURSE_BROWSER_TEST=1 BROWSER_TEST_SHOTS="$(abspath $(BROWSER_SHOTS))" $(BIN)/pytest tests/test_browser.py tests/test_browser_formgrader.py $(PYTEST_ARGS); \
 	  status=$$?; echo "browser-test: screenshots in $(BROWSER_SHOTS)/ (summary.txt: seconds per notebook)"; exit $$status
 
 chromium:  ## Debian's chromium on PATH for the browser test: installed with apt-get (as root) when missing

@@ -14,6 +14,14 @@ files along, as nbgrader does. Two preprocessors of ours run after ``GetGrades``
   message``), because IPython's traceback quotes the failing line. The messages stay:
   write hidden tests whose messages do not give the answer away.
 
+Nothing a learner wrote runs in the page: every text in the table is plain text
+(``untrusted.markdown_text``: an error message is the submission's to choose), the
+notebook passes through ``safe_html.make_safe_to_read`` last (``safe_html.SafeToRead``:
+autograded notebooks written by older versions or by plain nbgrader get it here), and the
+exporter renders with ``sanitize_html`` and ``safe_html.clean_html`` as a second layer (no
+``application/javascript`` output is rendered, and the HTML of every markdown cell and
+HTML output is cleaned by the same allowlist).
+
 Raises ``CourseError`` when there is no autograded submission to give feedback on.
 """
 
@@ -31,6 +39,8 @@ from traitlets.config import Config
 
 from grading.coursedir import Course, CourseError
 from grading.guard import ROLE_KEY
+from grading.safe_html import SafeToRead, safe_exporter_config
+from grading.untrusted import markdown_text
 
 __all__ = ["HideHiddenTests", "TestResults", "feedback"]
 
@@ -45,7 +55,8 @@ def _failure(cell: NotebookNode) -> str:
 
 
 def _cell_text(text: str) -> str:
-    return " ".join(text.split()).replace("|", "\\|")[:300]
+    """``text`` (its first 300 characters) as the plain text of one table cell."""
+    return markdown_text(" ".join(str(text).split())[:300])
 
 
 class TestResults(NbGraderPreprocessor):
@@ -78,7 +89,7 @@ class TestResults(NbGraderPreprocessor):
                     what, result = "test", _failure(cell) or "passed"
                     if grade.manual_score is not None:
                         result += " (score changed by hand)"
-                rows.append(f"| `{meta['grade_id']}` | {what} | {shown} | {_cell_text(result)} |")
+                rows.append(f"| {_cell_text(meta['grade_id'])} | {what} | {shown} | {_cell_text(result)} |")
         if not rows:
             return nb, resources
         penalty = info.get("late_penalty") or 0
@@ -128,9 +139,9 @@ def _config(course: Course, hide_hidden_tests: bool) -> Config:
     names = [p if isinstance(p, str) else f"{p.__module__}.{p.__name__}" for p in configured]
     after = next((i + 1 for i, name in enumerate(names) if name.endswith("GetGrades")), 0)
     configured[after:after] = [TestResults, HideHiddenTests]
-    config.GenerateFeedback.preprocessors = configured
+    config.GenerateFeedback.preprocessors = [*configured, SafeToRead]
     config.HideHiddenTests.enabled = hide_hidden_tests
-    return config
+    return safe_exporter_config(config, preprocess=False)
 
 
 def feedback(

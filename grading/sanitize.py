@@ -38,6 +38,7 @@ from nbformat import NotebookNode
 from nbformat.v4 import new_code_cell, new_markdown_cell, new_output
 
 from grading.guard import ROLE_KEY, closing, guard, preamble
+from grading.untrusted import markdown_text
 
 __all__ = [
     "MAX_SUBMISSION_BYTES",
@@ -562,9 +563,12 @@ def notes_cell(notes: list[str], nb: NotebookNode | None = None) -> NotebookNode
     """The markdown cell of grading notes that goes on top of ``nb``.
 
     Its id is fixed (``grading-notes``, or ``grading-notes-2``, ... when a cell of ``nb``
-    already has it), so two identical submissions give identical autograded files.
+    already has it), so two identical submissions give identical autograded files. Each
+    note is plain text (``untrusted.markdown_text``), never markup: a note quotes what a
+    submission controls (its kernelspec's name, cell names, error messages), so a backtick
+    or an HTML tag in it is shown as written wherever the cell is rendered.
     """
-    text = "## Grading notes\n\n" + "\n".join(f"- {note}" for note in notes)
+    text = "## Grading notes\n\n" + "\n".join(f"- {markdown_text(note)}" for note in notes)
     cell = new_markdown_cell(text, metadata={ROLE_KEY: {"role": "notes"}})
     taken = {c.get("id") for c in nb.cells} if nb is not None else set()
     cell.id = next(name for n in range(1, len(taken) + 2) if (name := _numbered(NOTES_CELL_ID, n)) not in taken)
