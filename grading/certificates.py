@@ -184,14 +184,17 @@ def instructions(files: Certificates, scheduler_host: str = "SCHEDULER-HOST", da
             "",
             f"1. On the scheduler's machine, as the user that runs it, put ca.pem, scheduler.pem and "
             f"scheduler-key.pem in {remote}/ (keys 0600), then:",
-            f"   dask scheduler --host tls://{scheduler_host} --port 8786 --no-dashboard {tls.format('scheduler')}",
+            f"   dask scheduler --host tls://{scheduler_host} --port 8786 --dashboard-address 127.0.0.1:8787 "
+            f"--no-dashboard {tls.format('scheduler')}",
             f"2. On each grading machine, as root, put ca.pem, worker.pem and worker-key.pem in {remote}/ "
             "(root-owned, keys 0600), then:",
-            f"   dask worker tls://{scheduler_host}:8786 --nworkers CORES --nthreads 1 --no-dashboard "
-            f"{tls.format('worker')}",
+            f"   dask worker tls://{scheduler_host}:8786 --nworkers CORES --nthreads 1 "
+            f"--dashboard-address 127.0.0.1:0 --no-dashboard {tls.format('worker')}",
             "   e.g. from here: scp "
             + " ".join(f"{here}/{n}" for n in ("ca.pem", "worker.pem", "worker-key.pem"))
             + f" root@GRADING-HOST:{remote}/",
+            "   (Dask starts an HTTP server in each process even with --no-dashboard: --dashboard-address keeps it",
+            "   on 127.0.0.1. The workers and their nannies listen for TLS on every interface of their machine.)",
             "3. Here, in the course directory (the instructor's certificate is found in this folder):",
             f"   course autograde --scheduler tls://{scheduler_host}:8786",
         ]

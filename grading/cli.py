@@ -6,6 +6,12 @@ the repository's ``grading/course/``. ``validate`` is the learner's. Run ``cours
 for the options. Exit status: 0 on success; 1 when something needs attention (a stale
 release, a failing or changed test, a grader error, or nothing to do, with the reason);
 2 on misuse.
+
+Text that learners or a roster control (student ids, file names, notes, exception messages,
+error messages quoting them) is printed through ``_untrusted`` (one line) or ``_lines`` (a
+message of the grader's own lines): every control character shows as a visible escape
+(``grading.untrusted.terminal_text``), so such text cannot move the cursor, erase or forge a
+line of the output, or set the terminal's title.
 """
 
 from __future__ import annotations
@@ -19,8 +25,19 @@ from pathlib import Path
 
 from grading.coursedir import CourseError, counted, default_course
 from grading.sandbox.protections import Limits, detect
+from grading.untrusted import terminal_text
 
 __all__ = ["main"]
+
+
+def _untrusted(text: object) -> str:
+    """``text`` (learner- or roster-derived) as one line of output, every control character escaped."""
+    return terminal_text(text)
+
+
+def _lines(text: object) -> str:
+    """A message made of the grader's own lines, which may quote learner text: each line escaped on its own."""
+    return "\n".join(terminal_text(line) for line in str(text).split("\n"))
 
 
 def _add_limits(parser: argparse.ArgumentParser) -> None:
@@ -137,10 +154,10 @@ def _release(course, args) -> int:
 
     if args.check:
         problems = stale_releases(course)
-        print("\n".join(problems) if problems else "releases are up to date")
+        print(_lines("\n".join(problems)) if problems else "releases are up to date")
         return 1 if problems else 0
     for path in release(course, args.assignments or None, duedate=args.duedate):
-        print(f"released {path}")
+        print(f"released {_untrusted(path)}")
     return 0
 
 
@@ -150,7 +167,7 @@ def _collect(course, args) -> int:
     report = collect(course, args.source, assignment=args.assignment, student_pattern=args.student_pattern)
     for item in report:
         when = f" ({item.timestamp:%Y-%m-%d %H:%M} UTC)" if item.timestamp else ""
-        print(item.note or f"collected {item.student}/{item.assignment}{when}")
+        print(_untrusted(item.note) or f"collected {_untrusted(item.student)}/{_untrusted(item.assignment)}{when}")
     written = sum(1 for r in report if r.path)
     print(f"{counted(written, 'submission')} written to {course.submitted}" if written else "nothing new to collect")
     return 0
@@ -214,7 +231,7 @@ def _autograde(course, args) -> int:
         raise refuse_no_execute("--no-execute")
     with _pool(course, args) as pool:  # local workers start while we import; a cluster is checked first
         if args.scheduler:
-            print(pool.describe(), file=sys.stderr)
+            print(_lines(pool.describe()), file=sys.stderr)
         from grading.autograde import autograde
 
         summary = autograde(
@@ -228,14 +245,14 @@ def _autograde(course, args) -> int:
             notebooks=args.notebook,
         )
     for note in summary.ignored:
-        print(f"not graded: {note}")
+        print(f"not graded: {_untrusted(note)}")
     for graded in summary.graded:
         sub = graded.submission
         late = f" (late penalty -{graded.late_penalty:g})" if graded.late_penalty else ""
         manual = " [needs manual grading]" if graded.needs_manual_grade else ""
-        first = f" - {graded.notes[0]}" if graded.notes else ""
+        first = f" - {_untrusted(graded.notes[0])}" if graded.notes else ""
         score = f"{graded.score - graded.late_penalty:g}/{graded.max_score:g}"
-        print(f"{sub.assignment}  {sub.student}: {score}{late}{manual}{first}")
+        print(f"{_untrusted(sub.assignment)}  {_untrusted(sub.student)}: {score}{late}{manual}{first}")
     print(summary.line())
     return 1 if summary.errors else 0
 
@@ -255,7 +272,7 @@ def _export(course, args) -> int:
     for path in result.files:
         print(f"wrote {path}")
     for warning in result.warnings:
-        print(f"warning: {warning}")
+        print(f"warning: {_untrusted(warning)}")
     return 0
 
 
@@ -265,7 +282,8 @@ def _validate(course, args) -> int:
     if not args.notebook.is_file():
         raise CourseError(f"no notebook at {args.notebook}")
     result = validate(args.notebook, course, _limits(course, args), detect(args.sandbox))
-    print(json.dumps(result.to_dict(), indent=1) if args.json else result.text())
+    # JSON escapes every control and non-ASCII character itself; the text's messages are the learner's.
+    print(json.dumps(result.to_dict(), indent=1) if args.json else _lines(result.text()))
     return 0 if result.ok else 1
 
 
@@ -304,7 +322,7 @@ def main(argv: list[str] | None = None) -> int:
             raise CourseError(f"no course directory at {course.root}")
         return _STEPS[args.step](course, args)
     except CourseError as error:
-        print(f"course {args.step}: {error}", file=sys.stderr)
+        print(f"course {args.step}: {_lines(error)}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         rest = "; run it again to grade the rest (finished submissions are kept)" if args.step == "autograde" else ""

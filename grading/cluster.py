@@ -12,10 +12,15 @@ the same as on one machine. Importing this module does not import Dask (the ``cl
   writes. ``tls://`` needs ``security`` (``distributed.Security`` with the instructor's
   certificate: ``grading.certificates``): the scheduler and every worker must present a
   certificate of the course's own authority, and so must this process. A plain ``tcp://``
-  address is refused unless it and the whole cluster behind it (the scheduler's own
-  address, every worker's) are on the loopback interface, or ``allow_plain`` (a private
-  network the instructor controls): Dask's plain TCP has no authentication, so anyone who
-  reaches the scheduler runs code on every worker. An unreachable scheduler, or one without
+  address is refused unless it and the whole cluster behind it are on the loopback
+  interface, or ``allow_plain`` (a private network the instructor controls): Dask's plain
+  TCP has no authentication, so anyone who reaches the scheduler, or a worker, runs code on
+  every worker. "Behind it" is read from the sockets, not from what Dask advertises: every
+  socket the scheduler, each worker and each worker's nanny listen on (``listening``, from
+  the operating system through psutil: the comm listeners and the HTTP servers) must be
+  bound to a loopback address, and so must the advertised addresses. A scheduler bound to
+  ``0.0.0.0`` but reached as ``127.0.0.1``, or a worker listening on every interface while
+  it advertises ``127.0.0.1``, is refused with the address it is bound to. An unreachable scheduler, or one without
   a worker within ``timeout`` seconds, raises ``CourseError`` before anything is written.
 * **Checking** (``environment``): every worker runs the same check as this process:
   Python, the platform, the versions of torch, numpy, nbgrader, nbformat, nbclient,
@@ -70,7 +75,16 @@ from typing import Any
 from grading.coursedir import CourseError, counted
 from grading.sandbox.protections import Limits, Protections, detect
 
-__all__ = ["PACKAGES", "ClusterPool", "WorkerRefused", "differences", "environment", "grade"]
+__all__ = [
+    "PACKAGES",
+    "ClusterPool",
+    "WorkerRefused",
+    "dask_listening",
+    "differences",
+    "environment",
+    "grade",
+    "listening",
+]
 
 PACKAGES = (
     "torch",
@@ -157,7 +171,7 @@ def differences(here: dict[str, str], there: dict[str, str]) -> list[str]:
 
 
 def _facts(sandbox: str, dask_worker: Any = None) -> dict[str, Any]:
-    """A worker's environment, machine and sandbox (run on each worker by ``Client.run``)."""
+    """A worker's environment, machine, sandbox and listening sockets (run on each worker by ``Client.run``)."""
     from distributed.comm import get_address_host
 
     protections = _protections(sandbox)
@@ -170,7 +184,38 @@ def _facts(sandbox: str, dask_worker: Any = None) -> dict[str, Any]:
         "nthreads": dask_worker.state.nthreads,
         "level": protections.level,
         "notes": list(protections.notes),
+        "listening": dask_listening(dask_worker),
     }
+
+
+def listening(pid: int | None = None) -> list[str]:
+    """Where process ``pid`` (this one by default) listens: ``host:port`` of each listening TCP socket, as the OS says.
+
+    Read with psutil (``Process.net_connections``, status ``LISTEN``), so it covers every
+    listener of the process, whatever opened it: Dask's comm listeners, its HTTP server
+    (started with ``--no-dashboard`` too), a preload's. An IPv6 host is written in brackets.
+    """
+    import psutil
+
+    found = set()
+    for connection in psutil.Process(pid).net_connections(kind="inet"):
+        if connection.status == psutil.CONN_LISTEN:
+            host, port = connection.laddr[:2]
+            found.add(f"[{host}]:{port}" if ":" in host else f"{host}:{port}")
+    return sorted(found)
+
+
+def dask_listening(dask_worker: Any = None) -> list[str]:
+    """Where this Dask process listens, and, on a worker started by a nanny, where the nanny (its parent) listens.
+
+    Run on the scheduler (``Client.run_on_scheduler``: no argument) and on each worker
+    (``Client.run``, which passes ``dask_worker``). A nanny starts its worker as a child
+    process (multiprocessing), so the parent is the nanny exactly when the worker has one.
+    """
+    found = listening()
+    if dask_worker is not None and getattr(dask_worker, "nanny", None):
+        found += listening(os.getppid())
+    return sorted(set(found))
 
 
 def _cores() -> int:
@@ -291,8 +336,13 @@ def _checked(worker: Any, job: dict) -> None:
         _own.update(environment())
     facts = {"environment": _own, "level": _protections(job["sandbox"]).level}
     why = _refusal(job["sandbox"], facts, job["environment"])
-    if not why and job.get("loopback_only") and beyond_loopback([worker.address]):
-        why = "it joined a plain-TCP cluster from another machine (use TLS, or --allow-plain-tcp on a private network)"
+    reachable = beyond_loopback([worker.address, *dask_listening(worker)]) if job.get("loopback_only") else []
+    if not why and reachable:
+        why = (
+            f"it joined a plain-TCP cluster reachable from other machines (at {', '.join(reachable)}; use TLS, "
+            "or start it with --host 127.0.0.1 --dashboard-address 127.0.0.1:0, or --allow-plain-tcp on a "
+            "private network)"
+        )
     if why:
         raise WorkerRefused(f"worker {worker.address} refused: {why}")
 
@@ -420,9 +470,11 @@ def _is_loopback(host: str) -> bool:
     if host.lower() == "localhost":
         return True
     try:
-        return ipaddress.ip_address(host.strip("[]")).is_loopback
+        address = ipaddress.ip_address(host.strip("[]"))
     except ValueError:
         return False  # a host name: it may be anything
+    mapped = getattr(address, "ipv4_mapped", None)  # ::ffff:127.0.0.1 is 127.0.0.1
+    return (mapped or address).is_loopback
 
 
 def check_address(address: str, allow_plain: bool = False) -> str:
@@ -466,8 +518,12 @@ def _plain_refusal(protocol: str, location: str, why: str = "") -> CourseError:
 
 
 def beyond_loopback(addresses: list[str]) -> list[str]:
-    """Which of a cluster's addresses (the scheduler's, the workers') another machine could reach."""
-    return sorted(a for a in addresses if not _is_loopback(_host(a)))
+    """Which of a cluster's addresses another machine could reach.
+
+    Advertised addresses (``tcp://host:port``) or bound ones (``host:port``, ``listening``);
+    a socket bound to every interface (``0.0.0.0``, ``[::]``) is reachable from other machines.
+    """
+    return sorted({a for a in addresses if not _is_loopback(_host(a))})
 
 
 def scheduler_address(target: str) -> str:
@@ -581,19 +637,37 @@ class ClusterPool:
         if problems:
             raise CourseError("cannot grade on this cluster:\n  " + "\n  ".join(problems))
         if self._protocol in _PLAIN and not self.allow_plain:  # the address was loopback: is the whole cluster?
-            outside = beyond_loopback([self._client.scheduler_info()["address"], *answers])
-            if outside:
-                raise _plain_refusal(
-                    self._protocol,
-                    self._client.scheduler.address.split("://", 1)[-1],
-                    f" (the cluster behind it is reachable from other machines at {', '.join(outside)})",
-                )
+            self._check_loopback(answers)
         self.jobs = sum(f["nthreads"] for f in self.workers.values())
         for facts in self.workers.values():
             self._host_slots[facts["host"]] = self._host_slots.get(facts["host"], 0) + facts["nthreads"]
         weakest = min((f["level"] for f in self.workers.values()), key=_LEVELS.index)
         notes = sorted({n for f in self.workers.values() if f["level"] == weakest for n in f["notes"]})
         self.protections = Protections(weakest, tuple(notes))
+
+    def _check_loopback(self, answers: dict[str, Any]) -> None:
+        """Refuse a plain-TCP cluster any of whose processes another machine could reach (bound or advertised)."""
+        scheduler = self._client.scheduler_info()["address"]
+        reachable = [f"the scheduler advertises {a}" for a in beyond_loopback([scheduler])]
+        try:
+            bound = self._client.run_on_scheduler(dask_listening)
+        except Exception as error:  # the scheduler's side runs the grader's function: it needs the course's environment
+            raise CourseError(
+                f"cannot read where the Dask scheduler at {scheduler} listens ({type(error).__name__}: {error}); "
+                "start it from the course's environment (its .venv/bin/dask), or use TLS"
+            ) from error
+        reachable += [f"the scheduler listens on {a}" for a in beyond_loopback(bound)]
+        for address, facts in sorted(answers.items()):
+            reachable += [f"worker {address} advertises {a}" for a in beyond_loopback([address])]
+            reachable += [f"worker {address} listens on {a}" for a in beyond_loopback(facts["listening"])]
+        if reachable:
+            raise _plain_refusal(
+                self._protocol,
+                self._client.scheduler.address.split("://", 1)[-1],
+                f" (the cluster behind it is reachable from other machines: {'; '.join(reachable)}; start it as "
+                "grading/README.md says for this machine alone: `dask scheduler --host 127.0.0.1 --dashboard-address "
+                "127.0.0.1:8787` and `dask worker --host 127.0.0.1 --dashboard-address 127.0.0.1:0`)",
+            )
 
     def describe(self) -> str:
         """The cluster and each worker's sandbox, for the command's first lines."""

@@ -29,16 +29,28 @@ then refuses (``CollectError``) and writes nothing. A submission already in
 taken, and newer input replaces it only after the old folder is moved to
 ``submitted_replaced/<time>/``. Zip entries are read by name only (no path is ever joined
 from a zip), and oversized files are skipped.
+
+Nothing under ``path`` that is a symbolic link is followed or copied: a student folder, an
+assignment folder, a file or folder inside a submission, a zip entry stored as a link. Each
+is skipped and named in the report (``skipped NAME: a symbolic link ...``); the rest is
+collected. (A link could otherwise make one student's folder collect another's work, from
+another course or from anywhere the instructor can read.) Folders are walked with
+``os.fwalk`` and files opened with ``O_NOFOLLOW`` relative to their folder, so a link
+swapped in while ``collect`` runs is not followed either. ``path`` itself may be a link.
 """
 
 from __future__ import annotations
 
+import functools
+import os
 import re
 import shutil
+import stat
 import struct
 import unicodedata
 import zipfile
 import zlib
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path, PurePosixPath
@@ -57,6 +69,7 @@ _EXTENDED_TIMESTAMP_FIELD = 0x5455  # Info-ZIP "UT": modification time in UTC
 _UNICODE_PATH_FIELD = 0x7075  # Info-ZIP "up": the name in UTF-8
 _NTFS_FIELD = 0x000A  # NTFS times in UTC
 _FILETIME_EPOCH = 11_644_473_600  # seconds from 1601-01-01 to 1970-01-01
+_LINK_NOTE = "a symbolic link (collect never follows one)"
 
 
 class CollectError(CourseError):
@@ -140,28 +153,75 @@ def parse_name(
 
 def _nbgrader_layout(source: Path, assignments: dict[str, list[str]]) -> list[Path]:
     """``<student>/<assignment>/`` folders with notebooks under ``source`` (or its ``submitted/``)."""
-    base = source / "submitted" if (source / "submitted").is_dir() else source
+    submitted = source / "submitted"
+    base = submitted if _is_folder(submitted) else source
     found = []
-    for student in sorted(p for p in base.iterdir() if p.is_dir() and not p.name.startswith(".")):
-        for folder in sorted(p for p in student.iterdir() if p.is_dir()):
+    for student in sorted(p for p in base.iterdir() if _is_folder(p) and not p.name.startswith(".")):
+        for folder in sorted(p for p in student.iterdir() if _is_folder(p)):
             if folder.name in assignments and any(folder.glob("*.ipynb")):
                 found.append(folder)
     return found
 
 
-def _read_folder(folder: Path, student: str, assignment: str, origin: str) -> _Incoming:
+def _is_folder(path: Path) -> bool:
+    """Whether ``path`` is a folder itself, not a symbolic link to one."""
+    return path.is_dir() and not path.is_symlink()
+
+
+def _read_at(folder_fd: int, name: str, shown: Path) -> bytes:
+    """The bytes of the regular file ``name`` in the open folder ``folder_fd`` (``shown`` is its path, for messages).
+
+    Opened without following a link; if it became a link or anything but a regular file
+    since it was listed, ``CollectError`` (nothing is written then).
+    """
+    try:
+        fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK, dir_fd=folder_fd)
+        with os.fdopen(fd, "rb") as handle:
+            if not stat.S_ISREG(os.fstat(handle.fileno()).st_mode):
+                raise OSError("not a regular file")
+            return handle.read()
+    except OSError as error:
+        raise CollectError(
+            f"cannot read {shown} ({error}): did it change while collect ran? Nothing was collected"
+        ) from None
+
+
+def _files_under(
+    top: Path, links: list[str], prune: tuple[Path, ...] = ()
+) -> Iterator[tuple[Path, os.stat_result, Callable[[], bytes]]]:
+    """(path, its ``lstat``, a reader of its bytes) for every regular file under ``top``, links never followed.
+
+    Every symbolic link met (to a file or a folder, or dangling) is appended to ``links``
+    and neither followed nor read. ``.ipynb_checkpoints`` folders and the folders in
+    ``prune`` are not entered. The reader must be called before the next item is taken.
+    """
+    for here, folders, names, folder_fd in os.fwalk(top, follow_symlinks=False):
+        where, entered = Path(here), []
+        for name in sorted(folders + names):
+            try:
+                info = os.stat(name, dir_fd=folder_fd, follow_symlinks=False)
+            except FileNotFoundError:  # gone meanwhile
+                continue
+            if stat.S_ISLNK(info.st_mode):
+                links.append(str(where / name))
+            elif stat.S_ISDIR(info.st_mode) and name in folders:
+                if name != ".ipynb_checkpoints" and where / name not in prune:
+                    entered.append(name)
+            elif stat.S_ISREG(info.st_mode) and name in names:
+                yield where / name, info, functools.partial(_read_at, folder_fd, name, where / name)
+        folders[:] = entered
+
+
+def _read_folder(folder: Path, student: str, assignment: str, origin: str, links: list[str]) -> _Incoming:
     from nbgrader.utils import parse_utc
 
     files, newest, total = {}, 0.0, 0
-    for path in sorted(folder.rglob("*")):
-        relative = path.relative_to(folder)
-        if path.is_symlink() or not path.is_file() or ".ipynb_checkpoints" in relative.parts:
-            continue
-        total += path.stat().st_size
+    for path, info, read in _files_under(folder, links):
+        total += info.st_size
         if total > _MAX_FOLDER_BYTES:
             raise CollectError(f"{folder} holds more than {_MAX_FOLDER_BYTES >> 20} MB; nothing was collected")
-        files[str(relative)] = path.read_bytes()
-        newest = max(newest, path.stat().st_mtime)
+        files[str(path.relative_to(folder))] = read()
+        newest = max(newest, info.st_mtime)
     stamp_text = files.pop("timestamp.txt", b"").decode("utf-8", "replace").strip() or None
     when = datetime.fromtimestamp(newest, tz=timezone.utc)
     if stamp_text:
@@ -239,19 +299,25 @@ def zip_entry_time(info: zipfile.ZipInfo) -> datetime:
     return ntfs or datetime(*info.date_time, tzinfo=timezone.utc)
 
 
-def _flat_entries(source: Path, skip: list[Path]):
-    """(name, bytes, timestamp, size) for every notebook in a folder or zip (no bytes when too large)."""
+def _flat_entries(source: Path, skip: list[Path], links: list[str]):
+    """(name, bytes, timestamp, size) for every notebook in a folder or zip (no bytes when too large).
+
+    Symbolic links (in the folder, or zip entries stored as links) are appended to ``links``, never read.
+    """
     if source.is_dir():
-        for path in sorted(source.rglob("*.ipynb")):
-            if ".ipynb_checkpoints" in path.parts or any(path.is_relative_to(s) for s in skip) or path.is_symlink():
+        for path, info, read in _files_under(source, links, prune=tuple(skip)):
+            if path.suffix != ".ipynb":
                 continue
-            stamp = datetime.fromtimestamp(path.stat().st_mtime, tz=timezone.utc)
-            size = path.stat().st_size
-            yield str(path.relative_to(source)), path.read_bytes() if size <= MAX_SUBMISSION_BYTES else b"", stamp, size
+            stamp = datetime.fromtimestamp(info.st_mtime, tz=timezone.utc)
+            size = info.st_size
+            yield str(path.relative_to(source)), read() if size <= MAX_SUBMISSION_BYTES else b"", stamp, size
     elif zipfile.is_zipfile(source):
         with zipfile.ZipFile(source) as archive:
             for info in archive.infolist():
                 name = zip_entry_name(info)
+                if stat.S_ISLNK(info.external_attr >> 16):  # a Unix mode in the high bits: a link entry
+                    links.append(name)
+                    continue
                 if info.is_dir() or not name.endswith(".ipynb") or "__MACOSX" in name:
                     continue
                 small = info.file_size <= MAX_SUBMISSION_BYTES
@@ -266,6 +332,7 @@ def _flat_entries(source: Path, skip: list[Path]):
 def _gather(course: Course, source: Path, assignment, student_pattern, report) -> dict[tuple[str, str], _Incoming]:
     assignments = {a: course.notebook_names(course.folder("source", a)) for a in course.assignments()}
     incoming: dict[tuple[str, str], _Incoming] = {}
+    links: list[str] = []
     layout = _nbgrader_layout(source, assignments) if source.is_dir() else []
     for folder in layout:
         student, name = student_id(folder.parent.name), folder.name
@@ -276,9 +343,9 @@ def _gather(course: Course, source: Path, assignment, student_pattern, report) -
         key = (student, name)
         if key in incoming:
             raise CollectError(f"two submissions of {name} for {student}: {incoming[key].origin} and {folder}")
-        incoming[key] = _read_folder(folder, student, name, str(folder))
+        incoming[key] = _read_folder(folder, student, name, str(folder), links)
     versions: dict[tuple[str, str, str], tuple[datetime, str, bytes]] = {}
-    for name, data, stamp, size in _flat_entries(source, layout):
+    for name, data, stamp, size in _flat_entries(source, layout, links):
         parsed = parse_name(name, assignments, assignment, student_pattern)
         if isinstance(parsed, str):
             report.append(Collected("?", "?", stamp, None, f"skipped {name}: {parsed}"))
@@ -299,6 +366,8 @@ def _gather(course: Course, source: Path, assignment, student_pattern, report) -
             versions[parsed] = newer
         else:
             versions[parsed] = (stamp, name, data)
+    for link in sorted(set(links)):
+        report.append(Collected("?", "?", None, None, f"skipped {link}: {_LINK_NOTE}"))
     for (student, name, notebook), (stamp, origin, data) in sorted(versions.items()):
         key = (student, name)
         if key in incoming and incoming[key].stamp_text is not None:

@@ -25,6 +25,12 @@ learner code.
   manual grading`` (the assignments still waiting for it). A roster student with no
   entry in the gradebook gets empty cells (Canvas changes nothing there); gradebook
   students missing from the roster are returned as warnings.
+
+Every cell of the three files, headers included, goes through ``grading.untrusted.csv_cell``:
+a text that a spreadsheet would read as a formula (a roster's display name
+``=HYPERLINK(...)``, a student id ``=1+1`` from a folder name, ``@SUM(A1)``, ``-2+3``) is
+written with a leading ``'``, which spreadsheets show as text; numbers, negative ones
+included, are written as they are.
 """
 
 from __future__ import annotations
@@ -36,6 +42,7 @@ from pathlib import Path
 
 from grading.collect import student_id
 from grading.coursedir import Course, CourseError, counted
+from grading.untrusted import csv_cell
 
 __all__ = ["CANVAS_IDENTITY", "Exported", "export"]
 
@@ -69,10 +76,11 @@ def _num(value: float) -> str:
 
 
 def _write_csv(path: Path, header: list[str], rows: list[list[str]]) -> None:
+    """``header`` and ``rows`` as CSV, every cell safe for a spreadsheet (``csv_cell``)."""
     with path.open("w", newline="", encoding="utf-8") as handle:
         writer = csv.writer(handle)
-        writer.writerow(header)
-        writer.writerows(rows)
+        writer.writerow([csv_cell(cell) for cell in header])
+        writer.writerows([csv_cell(cell) for cell in row] for row in rows)
 
 
 def _rows(course: Course) -> tuple[list[str], dict[str, float], list[str], list[_Row]]:

@@ -19,8 +19,10 @@ grader writes it:
   the text stays inside its list item or table cell.
 * ``csv_cell``: a cell of a CSV file opened in a spreadsheet. A text that starts with
   ``=``, ``+``, ``-``, ``@``, a tab or a carriage return would be read as a formula
-  (OWASP's "CSV injection"); it is prefixed with ``'``, which spreadsheets show as text.
-  Numbers, and texts that are plain numbers (``-2``, ``+1.5``), are left alone.
+  (OWASP's "CSV injection"); it is prefixed with ``'``, which spreadsheets show as text. So
+  is one whose first character after leading blanks is one of those (`` =1+1``: a
+  spreadsheet that trims blanks on import would read the rest). Numbers, and texts that are
+  plain numbers (``-2``, ``+1.5``), are left alone.
 
 Learner HTML (markdown cells, rich outputs) is not escaped here but sanitized where the
 autograded notebook and the feedback are written, with nbconvert's ``SanitizeHTML``.
@@ -62,6 +64,9 @@ def markdown_text(text: object) -> str:
 
 def csv_cell(value: object) -> object:
     """``value`` for a CSV cell that a spreadsheet opens: a text that would be a formula is kept as text."""
-    if not isinstance(value, str) or not value.startswith(_FORMULA_START) or _NUMBER.fullmatch(value):
+    if not isinstance(value, str):
+        return value
+    trimmed = value.lstrip()
+    if not (value.startswith(_FORMULA_START) or trimmed.startswith(_FORMULA_START)) or _NUMBER.fullmatch(trimmed):
         return value
     return "'" + value

@@ -4,10 +4,13 @@ What an instructor starts by hand (``grading/README.md``, Grading on a cluster),
 subprocesses of the caller: a scheduler that writes its scheduler file, and workers of one
 thread each (``--nthreads 1``), without a nanny so that killing a worker's process is a
 machine that died. With ``tls`` (a folder made by ``course cluster-certs``) every process
-speaks mutual TLS with the course's certificates, started with the flags the command prints;
-without it, plain ``tcp://`` on the loopback interface. ``env`` and ``worker_args`` are added
-to every worker's environment and command line; ``host`` is the scheduler's interface.
-``stop()`` ends every process it started, by its id.
+speaks mutual TLS with the course's certificates, started with the flags the command prints
+(each worker then listens for TLS on every interface, as there); without it, plain ``tcp://``
+with every process on the loopback interface (``--host 127.0.0.1``), as ``grading/README.md``
+starts a cluster of this machine alone. Every process keeps the HTTP server Dask starts even
+with ``--no-dashboard`` on 127.0.0.1 (``--dashboard-address``). ``env`` and ``worker_args``
+are added to every worker's environment and command line; ``host`` is the scheduler's
+interface. ``stop()`` ends every process it started, by its id.
 """
 
 from __future__ import annotations
@@ -82,7 +85,8 @@ class DaskCluster:
     def start(self) -> None:
         self.folder.mkdir(parents=True, exist_ok=True)
         host = f"tls://{self.host}" if self.tls else self.host
-        argv = [str(DASK), "scheduler", "--host", host, "--port", "0", "--no-dashboard", *self._tls_args("scheduler")]
+        argv = [str(DASK), "scheduler", "--host", host, "--port", "0", "--dashboard-address", "127.0.0.1:0",
+                "--no-dashboard", *self._tls_args("scheduler")]  # fmt: skip
         self.scheduler = self._spawn([*argv, "--scheduler-file", str(self.scheduler_file)], "scheduler", self.env)
         deadline = time.monotonic() + 60
         while not self.scheduler_file.is_file():
@@ -96,7 +100,9 @@ class DaskCluster:
     def add_worker(self, name: str, env: dict[str, str] | None = None) -> subprocess.Popen:
         """Start one more ``dask worker --nthreads 1`` (``env`` added to its environment)."""
         argv = [str(DASK), "worker", "--scheduler-file", str(self.scheduler_file), "--nthreads", "1"]
-        argv += ["--no-nanny", "--no-dashboard", "--name", name, "--local-directory", str(self.folder / name)]
+        argv += ["--no-nanny", "--dashboard-address", "127.0.0.1:0", "--no-dashboard", "--name", name,
+                 "--local-directory", str(self.folder / name)]  # fmt: skip
+        argv += [] if self.tls else ["--host", "127.0.0.1"]  # plain TCP: nothing but this machine reaches it
         self.workers[name] = self._spawn([*argv, *self._tls_args("worker"), *self.worker_args], name,
                                          {**self.env, **(env or {})})  # fmt: skip
         return self.workers[name]

@@ -7,15 +7,21 @@ course (written answers, a data file, a late penalty, a missing notebook) and on
 fixture notebook (with a submission that snoops for files it must not see). Then security:
 a client without the course's certificate, or with one of another authority, gets no
 connection and runs nothing; a plain-TCP cluster reachable from other machines is refused
-even through a loopback address. Then the faults: a measured test and the assignment's
-files travel with the task; a worker killed mid-task loses nothing and counts nothing
-twice; a worker whose environment differs, an unreachable scheduler, a stopped run and a
-coordinator killed with SIGKILL write nothing they should not, and leave no kernel behind.
+even through a loopback address, judged by the sockets its processes listen on (the
+scheduler's HTTP server, a worker on every interface), not by what they advertise; and the
+commands grading/README.md and ``course cluster-certs`` give, run as written, listen only
+where they say (every listening socket of every process, read with psutil). Then the
+faults: a measured test and the assignment's files travel with the task; a worker killed
+mid-task loses nothing and counts nothing twice; a worker whose environment differs, an
+unreachable scheduler, a stopped run and a coordinator killed with SIGKILL write nothing
+they should not, and leave no kernel behind.
 """
 
 from __future__ import annotations
 
 import os
+import re
+import shlex
 import shutil
 import signal
 import subprocess
@@ -25,9 +31,9 @@ from pathlib import Path
 
 import nbformat
 import pytest
-from dask_cluster import DaskCluster
+from dask_cluster import DASK, DaskCluster
 from nbformat.v4 import new_code_cell, new_notebook
-from processes import free_port, marked_processes, wait_for
+from processes import free_port, marked_processes, stop_process, wait_for
 
 from grading.autograde import autograde
 from grading.cli import main
@@ -440,11 +446,7 @@ def test_without_the_courses_certificate_nothing_connects_and_nothing_runs(clust
 
 
 def test_a_plain_tcp_cluster_reachable_from_other_machines_is_refused_even_through_loopback(compat, tmp_path, capsys):
-    """A scheduler on every interface, reached as 127.0.0.1: its own address gives it away."""
-    from distributed.utils import get_ip
-
-    if get_ip().startswith("127."):  # the address a scheduler on every interface gives itself
-        pytest.skip("this machine has no address but loopback")
+    """A scheduler bound to every interface, reached as 127.0.0.1: its socket gives it away, whatever it advertises."""
     course = _compat_class(compat, tmp_path / "course")
     with DaskCluster(tmp_path / "open", workers=1, host="0.0.0.0") as open_cluster:
         port = open_cluster.address.rsplit(":", 1)[1]
@@ -452,7 +454,157 @@ def test_a_plain_tcp_cluster_reachable_from_other_machines_is_refused_even_throu
         assert main(argv) == 1
     err = capsys.readouterr().err
     assert "refusing tcp://127.0.0.1" in err and "reachable from other machines" in err, err
+    assert re.search(rf"the scheduler listens on (0\.0\.0\.0|\[::\]):{port}\b", err), err  # the bound address
     _nothing_graded(course)
+
+
+# A cluster of this machine alone, as grading/README.md starts it ("The opt-out"), and as it said before.
+LOOPBACK = [
+    "dask scheduler --host 127.0.0.1 --port 8786 --dashboard-address 127.0.0.1:8787 --no-dashboard",
+    "dask worker tcp://127.0.0.1:8786 --host 127.0.0.1 --dashboard-address 127.0.0.1:0 --nworkers 2 --nthreads 1 "
+    "--no-dashboard",
+]
+DASK_DEFAULTS = [  # what the README's `--no-dashboard` advice left: an HTTP server and a worker on every interface
+    "dask scheduler --host 127.0.0.1 --port 8786 --no-dashboard",
+    "dask worker tcp://127.0.0.1:8786 --nthreads 1 --no-dashboard",
+]
+
+
+def _started(command: str, folder: Path, replace: dict[str, str]) -> subprocess.Popen:
+    """``command`` (``dask ...``) started in ``folder`` with each key of ``replace`` replaced (free ports, paths)."""
+    for documented, here in replace.items():
+        command = command.replace(documented, here)
+    argv = shlex.split(command)
+    log = (folder / f"{argv[1]}.log").open("w")
+    return subprocess.Popen([str(DASK), *argv[1:]], stdout=log, stderr=subprocess.STDOUT, cwd=folder)
+
+
+def _listening(process: subprocess.Popen) -> dict[int, list[str]]:
+    """``host:port`` of every listening TCP socket of ``process`` and of each process below it, by process id."""
+    import psutil
+
+    top = psutil.Process(process.pid)
+    found = {}
+    for each in [top, *top.children(recursive=True)]:
+        sockets = [c.laddr for c in each.net_connections(kind="inet") if c.status == psutil.CONN_LISTEN]
+        found[each.pid] = sorted(f"[{a.ip}]:{a.port}" if ":" in a.ip else f"{a.ip}:{a.port}" for a in sockets)
+    return found
+
+
+def _workers(address: str, count: int, security=None) -> dict[str, dict]:
+    """The scheduler's record of its workers once ``count`` have joined."""
+    from distributed import Client
+
+    with Client(address, timeout=60, set_as_default=False, security=security) as client:
+        client.wait_for_workers(count, timeout=120)
+        return client.scheduler_info(n_workers=-1)["workers"]
+
+
+def _stopped(processes: list[subprocess.Popen]) -> None:
+    for process in reversed(processes):
+        stop_process(process)
+
+
+def test_the_documented_loopback_cluster_listens_on_loopback_only_and_grades(compat, tmp_path):
+    readme = (REPO / "grading" / "README.md").read_text(encoding="utf-8")
+    assert all(f"$ .venv/bin/{command}\n" in readme for command in LOOPBACK)  # the commands tested are the README's
+    course = _compat_class(compat, tmp_path / "course")
+    folder = tmp_path / "dask"
+    folder.mkdir()
+    ports = {"8786": str(free_port()), "8787": str(free_port())}
+    processes = []
+    try:
+        processes += [_started(command, folder, ports) for command in LOOPBACK]
+        address = f"tcp://127.0.0.1:{ports['8786']}"
+        assert len(_workers(address, 2)) == 2
+        scheduler, workers = (_listening(p) for p in processes)
+        assert scheduler == {processes[0].pid: sorted([f"127.0.0.1:{ports['8786']}", f"127.0.0.1:{ports['8787']}"])}
+        sockets = [s for found in workers.values() for s in found]
+        assert len(sockets) == 6, workers  # two nannies' comms, and two workers' comms and HTTP servers
+        assert all(s.startswith("127.0.0.1:") for s in sockets), workers
+        argv = ["--course", str(course.root), "autograde", "--no-progress", "--scheduler", address]
+        assert main([*argv, "--student", "alice"]) == 0  # admitted: nothing of it is reachable from another machine
+    finally:
+        _stopped(processes)
+    with course.gradebook() as gb:
+        assert [s.student.id for s in gb.find_assignment("ps1").submissions] == ["alice"]
+
+
+def test_a_loopback_cluster_with_a_socket_on_every_interface_is_refused(compat, tmp_path, capsys):
+    """All it advertises is 127.0.0.1; its scheduler's HTTP server and its worker listen on every interface."""
+    course = _compat_class(compat, tmp_path / "course")
+    folder = tmp_path / "dask"
+    folder.mkdir()
+    port = str(free_port())
+    processes = []
+    try:
+        processes += [_started(command, folder, {"8786": port}) for command in DASK_DEFAULTS]
+        [worker] = _workers(f"tcp://127.0.0.1:{port}", 1)
+        assert worker.startswith("tcp://127.0.0.1:")  # what it advertises: the old check's whole view
+        argv = ["--course", str(course.root), "autograde", "--no-progress", "--scheduler", f"tcp://127.0.0.1:{port}"]
+        assert main(argv) == 1
+    finally:
+        _stopped(processes)
+    err = capsys.readouterr().err
+    assert "refusing tcp://127.0.0.1" in err and "reachable from other machines" in err, err
+    assert re.search(r"the scheduler listens on (0\.0\.0\.0|\[::\]):\d+", err), err  # its HTTP server
+    assert re.search(rf"worker {re.escape(worker)} listens on (0\.0\.0\.0|\[::\]):{worker.rsplit(':', 1)[1]}\b", err)
+    assert "--dashboard-address 127.0.0.1" in err  # the way out
+    _nothing_graded(course)
+
+
+def test_a_worker_that_joins_later_on_every_interface_is_refused_by_its_first_task(compat, tmp_path):
+    """The cluster passed the check at connecting; then a worker without --host joined (advertising 127.0.0.1)."""
+    course = _compat_class(compat, tmp_path / "course")
+    refused = r"refused: it joined a plain-TCP cluster reachable from other machines \(at .*(0\.0\.0\.0|\[::\]):"
+    with (
+        DaskCluster(tmp_path / "dask", workers=1) as cluster,  # the README's loopback flags: admitted
+        ClusterPool(cluster.address, "auto", course.hidden_paths(), timeout=60) as pool,
+    ):
+        cluster.stop_worker("worker0")
+        late = _started(DASK_DEFAULTS[1], cluster.folder, {"tcp://127.0.0.1:8786": cluster.address})
+        try:
+            cluster.wait_for(1)
+            with pytest.raises(CourseError, match=refused):
+                autograde(course, pool=pool, progress=False)
+        finally:
+            stop_process(late)
+    assert not list(course.autograded.glob("*/ps1"))  # no submission was graded there (nor put in place)
+
+
+def test_the_documented_tls_commands_listen_where_they_say(tmp_path, capsys):
+    """`course cluster-certs`'s commands, run: HTTP on 127.0.0.1 only; beyond it, only the workers' and nannies' TLS."""
+    from distributed import Client
+
+    from grading.certificates import security
+
+    certs = tmp_path / "certs"
+    assert main(["--course", str(tmp_path), "cluster-certs", "--out", str(certs), "--scheduler-host", "127.0.0.1"]) == 0
+    printed = [line.strip() for line in capsys.readouterr().out.splitlines()]
+    commands = [next(line for line in printed if line.startswith(f"dask {role} ")) for role in ("scheduler", "worker")]
+    folder = tmp_path / "dask"
+    folder.mkdir()
+    ports = {"8786": str(free_port()), "8787": str(free_port()), "CORES": "1", "/etc/course-grading/tls": str(certs)}
+    processes = []
+    try:
+        processes += [_started(command, folder, ports) for command in commands]
+        address = f"tls://127.0.0.1:{ports['8786']}"
+        [(worker, info)] = _workers(address, 1, security(certs)).items()
+        scheduler, workers = (_listening(p) for p in processes)
+        assert scheduler == {processes[0].pid: sorted([f"127.0.0.1:{ports['8786']}", f"127.0.0.1:{ports['8787']}"])}
+        tls_ports = {worker.rsplit(":", 1)[1], info["nanny"].rsplit(":", 1)[1]}
+        for pid, sockets in workers.items():
+            for socket_address in sockets:
+                host, port = socket_address.rsplit(":", 1)
+                assert host == "127.0.0.1" or (host in {"0.0.0.0", "[::]"} and port in tls_ports), (pid, sockets)
+        assert {s.rsplit(":", 1)[1] for found in workers.values() for s in found} >= tls_ports
+        from grading.cluster import dask_listening
+
+        with Client(address, timeout=60, set_as_default=False, security=security(certs)) as client:
+            reported = client.run(dask_listening)[worker]  # what the check reads: the worker's and its nanny's
+        assert reported == sorted(s for found in workers.values() for s in found)
+    finally:
+        _stopped(processes)
 
 
 def _running_below(pids: set[int]) -> list[str]:

@@ -61,11 +61,13 @@ def test_cluster_certs_makes_an_authority_and_a_private_certificate_per_role(tmp
         assert isinstance(cert.public_key(), ec.EllipticCurvePublicKey)
     remote = "/etc/course-grading/tls"
     assert (
-        f"dask scheduler --host tls://10.0.0.1 --port 8786 --no-dashboard --tls-ca-file {remote}/ca.pem "
+        f"dask scheduler --host tls://10.0.0.1 --port 8786 --dashboard-address 127.0.0.1:8787 --no-dashboard "
+        f"--tls-ca-file {remote}/ca.pem "
         f"--tls-cert {remote}/scheduler.pem --tls-key {remote}/scheduler-key.pem" in out
     )
     assert (
-        f"dask worker tls://10.0.0.1:8786 --nworkers CORES --nthreads 1 --no-dashboard --tls-ca-file {remote}/ca.pem "
+        f"dask worker tls://10.0.0.1:8786 --nworkers CORES --nthreads 1 --dashboard-address 127.0.0.1:0 "
+        f"--no-dashboard --tls-ca-file {remote}/ca.pem "
         f"--tls-cert {remote}/worker.pem --tls-key {remote}/worker-key.pem" in out
     )
     assert "course autograde --scheduler tls://10.0.0.1:8786" in out and "never copy it" in out

@@ -242,3 +242,50 @@ def test_ntfs_times_and_no_time_field(tmp_path):
     assert zip_entry_time(info) == when
     info.extra = b""
     assert zip_entry_time(info) == datetime(2026, 1, 9, 13, 34, 56, tzinfo=timezone.utc)  # no zone known: UTC
+
+
+LINK = "a symbolic link (collect never follows one)"
+
+
+def test_symbolic_links_under_the_source_are_never_followed(tmp_path):
+    """The reported attack: ``mallory -> <another course>/submitted/bob`` collected bob's files as mallory's."""
+    course = _course(tmp_path, {"ps1": ["problems"]})
+    bob = tmp_path / "other_course" / "submitted" / "bob" / "ps1"
+    _submission(bob.parent.parent, "bob", "ps1", {"problems.ipynb": b"BOB", "private.txt": b"bob's secret"}, "")
+    secret = tmp_path / "secret.txt"
+    secret.write_bytes(b"the instructor's secret")
+    inbox = tmp_path / "inbox"
+    _submission(inbox, "alice", "ps1", {"problems.ipynb": b"ALICE"}, "2026-01-09 12:00:00 UTC")
+    alice = inbox / "alice" / "ps1"
+    (alice / "notes.txt").symlink_to(secret)  # a file inside a submission, pointing outside
+    (alice / "data").symlink_to(bob, target_is_directory=True)  # a folder inside a submission
+    (inbox / "mallory").symlink_to(bob.parent, target_is_directory=True)  # a student folder
+    (inbox / "carol").mkdir()
+    (inbox / "carol" / "ps1").symlink_to(bob, target_is_directory=True)  # an assignment folder
+    (inbox / "dave_ps1.ipynb").symlink_to(bob / "problems.ipynb")  # a flat file
+    report = collect(course, inbox)
+    assert [r.student for r in report if r.path] == ["alice"]
+    assert sorted(p.name for p in course.submitted.iterdir()) == ["alice"]
+    collected = course.folder("submitted", "ps1", "alice")
+    assert sorted(p.name for p in collected.iterdir()) == ["problems.ipynb", "timestamp.txt"]
+    assert (collected / "problems.ipynb").read_bytes() == b"ALICE"
+    for link in (alice / "notes.txt", alice / "data", inbox / "mallory", inbox / "carol" / "ps1",
+                 inbox / "dave_ps1.ipynb"):  # fmt: skip
+        assert f"skipped {link}: {LINK}" in [r.note for r in report], link
+    everything = b"".join(p.read_bytes() for p in course.root.rglob("*") if p.is_file())
+    assert b"BOB" not in everything and b"secret" not in everything
+
+
+def test_a_zip_entry_stored_as_a_symbolic_link_is_skipped(tmp_path):
+    course = _course(tmp_path)
+    download = tmp_path / "download.zip"
+    with zipfile.ZipFile(download, "w") as archive:
+        archive.writestr(zipfile.ZipInfo(f"alice_{A}.ipynb", (2026, 1, 1, 9, 0, 0)), b"ALICE")
+        link = zipfile.ZipInfo(f"mallory_{A}.ipynb", (2026, 1, 1, 9, 0, 0))
+        link.create_system = 3  # Unix: the mode is in the high 16 bits, as Info-ZIP's `zip --symlinks` writes
+        link.external_attr = 0o120777 << 16  # S_IFLNK: the entry's bytes are the link's target
+        archive.writestr(link, b"../../other_course/submitted/bob/ps1/problems.ipynb")
+    report = collect(course, download)
+    assert [r.student for r in report if r.path] == ["alice"]
+    assert f"skipped mallory_{A}.ipynb: {LINK}" in [r.note for r in report]
+    assert not course.folder("submitted", A, "mallory").exists()
