@@ -1,4 +1,4 @@
-"""The ``course`` command: release, collect, autograde, feedback, export, validate, cluster-certs.
+"""The ``course`` command: release, collect, autograde, hand-grading, feedback, export, validate, cluster-certs.
 
 Each subcommand is one step of the instructor's workflow on an nbgrader course directory:
 ``--course DIR``, else the current directory when it holds an ``nbgrader_config.py``, else
@@ -132,6 +132,18 @@ def _parser() -> argparse.ArgumentParser:
     export = steps.add_parser("export", help="grades as CSV; with --roster also a Canvas gradebook import file")
     export.add_argument("--roster", type=Path, help="a CSV of the class, e.g. Canvas's gradebook export")
     export.add_argument("--match-column", default="SIS Login ID", help="roster column holding the student ids")
+
+    hand = steps.add_parser(
+        "hand-grading", help="grade written answers from files: export what needs a person, import the scores"
+    )
+    hand_steps = hand.add_subparsers(dest="action", required=True)
+    hand_out = hand_steps.add_parser("export", help="CSV files of the cells waiting for a person")
+    hand_out.add_argument("--assignment", action="append", help="only this assignment (repeatable)")
+    hand_out.add_argument("--student", action="append", help="only this student (repeatable)")
+    hand_out.add_argument("--all", action="store_true", help="also the cells graded by hand before, for a second look")
+    hand_out.add_argument("--parts", type=int, default=1, help="split each assignment's learners into N files")
+    hand_in = hand_steps.add_parser("import", help="scores and comments from filled-in files: all of them, or nothing")
+    hand_in.add_argument("files", type=Path, nargs="+")
 
     certs = steps.add_parser(
         "cluster-certs",
@@ -276,6 +288,18 @@ def _export(course, args) -> int:
     return 0
 
 
+def _hand_grading(course, args) -> int:
+    from grading.handgrade import export_hand_grading, import_hand_grading
+
+    if args.action == "export":
+        paths = export_hand_grading(course, args.assignment, args.student, everything=args.all, parts=args.parts)
+        for path in paths:
+            print(f"wrote {_untrusted(path)}")
+        return 0
+    print(import_hand_grading(course, args.files).line())
+    return 0
+
+
 def _validate(course, args) -> int:
     from grading.validate import validate
 
@@ -294,6 +318,7 @@ _STEPS = {
     "feedback": _feedback,
     "export": _export,
     "validate": _validate,
+    "hand-grading": _hand_grading,
     "cluster-certs": _cluster_certs,
 }
 

@@ -19,6 +19,7 @@ import nbformat
 import pytest
 
 from grading.autograde import autograde
+from grading.cli import main
 from grading.collect import collect
 from grading.coursedir import Course, CourseError
 from grading.export import export
@@ -102,8 +103,9 @@ def test_the_export_holds_every_cell_waiting_for_a_person_with_the_learners_text
     assert by_key[("dave", "q1_answer")]["answer"] == "'" + FORMULA, "a formula-like answer is written as text"
 
 
-def test_two_assistants_split_the_class_without_splitting_a_learner(course):
-    paths = export_hand_grading(course, parts=2)
+def test_two_assistants_split_the_class_without_splitting_a_learner(course, capsys):
+    assert main(["--course", str(course.root), "hand-grading", "export", "--parts", "2"]) == 0
+    paths = [Path(line.removeprefix("wrote ")) for line in capsys.readouterr().out.splitlines()]
     assert [p.name for p in paths] == [f"{A}-part-1-of-2.csv", f"{A}-part-2-of-2.csv"]
     parts = [{r["student"] for r in _rows([p])} for p in paths]
     assert parts[0] and parts[1] and not parts[0] & parts[1]
@@ -144,10 +146,10 @@ def test_the_assistants_scores_and_comments_come_back_as_the_formgrader_writes_t
             row["score"] = row["points possible"]
             row["comment"] = f"graded by assistant {index + 1}"
         filled.append(_write(tmp_path / path.name, rows))
-    result = import_hand_grading(course, filled)
+    assert main(["--course", str(course.root), "hand-grading", "import", *map(str, filled)]) == 0
     after = _gradebook(course)
     graded = [k for k, v in after.items() if k[3] == "manual" and v is not None]
-    assert result.scores == len(graded) > 0
+    assert len(graded) > 0
     assert not any(v for k, v in after.items() if k[3] == "needs"), "every hand-graded cell is cleared"
     assert after[("alice", "essay", "q1_answer", "comment")] in ("graded by assistant 1", "graded by assistant 2")
     assert after[("alice", "essay", "q1_answer", "manual")] == 2.0
