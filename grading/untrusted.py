@@ -24,8 +24,9 @@ grader writes it:
   spreadsheet that trims blanks on import would read the rest). Numbers, and texts that are
   plain numbers (``-2``, ``+1.5``), are left alone.
 
-Learner HTML (markdown cells, rich outputs) is not escaped here but sanitized where the
-autograded notebook and the feedback are written, with nbconvert's ``SanitizeHTML``.
+Learner HTML (markdown cells, rich outputs) is not escaped here: ``grading.safe_html`` makes the
+autograded notebook inert where it is written, and the feedback's and the formgrader's exporter
+with it.
 """
 
 from __future__ import annotations
