@@ -14,6 +14,10 @@ claims file, the claim and the sentence:
   ``value``, ``abs``, ``min``, ``max``; nothing else is ever evaluated;
 * no kept run matches the claim (no GPU printed it);
 * a run does not print what the claim reads (a stale claim: no such table, row or match);
+* the code that printed it has changed since the run (a stale claim too): a cell whose output
+  the claim reads no longer stands, as the run had it, in the notebook. A sentence that knowingly
+  quotes the run of an earlier version of its cell says so, naming the run's commit, and its
+  claim sets ``earlier_code = true``;
 * ``holds`` is false on a run (the run contradicts the sentence): the message shows the
   values it read.
 
@@ -32,13 +36,14 @@ from pathlib import Path
 
 import nbformat
 import tomllib
-from gpu_runs import KeptRun, Table, kept_runs, notebook_text, tables
+from gpu_runs import KeptRun, Table, cell_text, kept_runs, notebook_text, tables
+from nbformat import NotebookNode
 
 from course_utils.timing import format_seconds
 
 ROOT = Path(__file__).resolve().parents[1]
 CLAIMS_DIR = ROOT / "tests" / "gpu_claims"
-KEYS = {"sentence", "runs", "table", "title", "output", "holds"}
+KEYS = {"sentence", "runs", "table", "title", "output", "holds", "earlier_code"}
 TABLE_READERS = ("median", "spread", "speedup")  # table claims: one argument, a row's label
 OUTPUT_READERS = ("value",)  # output claims: one argument, a named group of the regex
 NUMERIC = {"abs": (1, 1), "min": (2, None), "max": (2, None)}  # name -> (fewest, most) arguments
@@ -76,6 +81,7 @@ class Claim:
     table: tuple[str, ...] | None = None
     title: str | None = None
     output: str | None = None
+    earlier_code: bool = False  # the sentence quotes the run of an earlier version of its cell, and says so
 
     def describe(self) -> str:
         return f"{self.path.name}, claim {self.index}: {self.sentence!r}"
@@ -202,6 +208,8 @@ def _claim(path: Path, index: int, entry: dict) -> Claim:
     for key in ("runs", "title", "output"):
         if key in entry and not isinstance(entry[key], str):
             raise ClaimError(f"{where}: `{key}` must be a string")
+    if "earlier_code" in entry and not isinstance(entry["earlier_code"], bool):
+        raise ClaimError(f"{where}: `earlier_code` is true or false")
     table = entry.get("table")
     if table is not None and (not isinstance(table, list) or not table or not all(isinstance(x, str) for x in table)):
         raise ClaimError(f"{where}: `table` must be a list of the table's row labels")
@@ -234,6 +242,7 @@ def _claim(path: Path, index: int, entry: dict) -> Claim:
         table=tuple(table) if table is not None else None,
         title=entry.get("title"),
         output=entry.get("output"),
+        earlier_code=entry.get("earlier_code", False),
     )
 
 
@@ -267,15 +276,72 @@ def _pick_table(claim: Claim, found: list[Table]) -> Table:
     return candidates[0]
 
 
-def check_run(claim: Claim, run: KeptRun) -> str | None:
-    """None when ``claim`` holds on ``run``; otherwise what is wrong (stale or contradicted)."""
+def _cells_of_match(nb: NotebookNode, start: int, end: int) -> list[int]:
+    """The indices of the code cells whose text outputs hold ``notebook_text(nb)[start:end]``."""
+    cells, offset = [], 0
+    for index, cell in enumerate(nb.cells):
+        if cell.cell_type != "code":
+            continue
+        length = len(cell_text(cell))
+        if offset <= end and start <= offset + length:
+            cells.append(index)
+        offset += length + 1  # notebook_text joins the cells with a newline
+    return cells
+
+
+def _code(text: str) -> str:
+    return "\n".join(line.rstrip() for line in text.strip().splitlines())
+
+
+def changed_since_run(cells: list[int], run_nb: NotebookNode, current: NotebookNode) -> list[int]:
+    """The cells (indices in the run's notebook) whose code no longer stands, as the run had it, in ``current``."""
+    now = {_code(cell.source) for cell in current.cells if cell.cell_type == "code"}
+    return [index for index in cells if _code(run_nb.cells[index].source) not in now]
+
+
+def _code_check(claim: Claim, run: KeptRun, cells: list[int], current: NotebookNode | None) -> str | None:
+    """Why the run's numbers do not speak for the notebook's code as it is (None: they do)."""
+    if current is None:
+        return None
+    run_nb = run.notebook(claim.number)
+    changed = changed_since_run(cells, run_nb, current)
+    commit = str(run.info.get("commit", "?"))
+    named = ", ".join(f"cell {i}" for i in cells)
+    if changed and not claim.earlier_code:
+        shown = ", ".join(f"cell {i}" for i in changed)
+        return (
+            f"STALE: {claim.describe()}\n  run {run.name} printed it from {named}; the code of {shown} has changed "
+            f"since (the run is of commit {commit}): run the notebook on a GPU again, or say in the sentence that it "
+            f"quotes the run of commit {commit} and set `earlier_code = true`"
+        )
+    if changed and commit not in claim.sentence:
+        return (
+            f"STALE: {claim.describe()}\n  `earlier_code = true`, but the sentence does not name the run's commit "
+            f"({commit}): a reader must know which code printed these numbers"
+        )
+    if not changed and claim.earlier_code:
+        return (
+            f"FAILED: {claim.describe()}\n  `earlier_code = true`, but {named} of run {run.name} stand unchanged in "
+            "the notebook: the run printed today's code; drop `earlier_code`"
+        )
+    return None
+
+
+def check_run(claim: Claim, run: KeptRun, current: NotebookNode | None = None) -> str | None:
+    """None when ``claim`` holds on ``run``; otherwise what is wrong (stale or contradicted).
+
+    ``current``: the notebook as it is now; when given, the cells whose outputs the claim
+    reads must stand in it as the run had them (``changed_since_run``).
+    """
     nb = run.notebook(claim.number)
     where = f"notebook {claim.number}"
     read_values: dict[str, str] = {}
+    cells: list[int] = []
     try:
         if claim.table is not None:
             table = _pick_table(claim, tables(nb))
             where += f", {table.describe()}"
+            cells = [table.cell]
             first = table.rows[0]
 
             def read(function: str, label: str) -> float:
@@ -291,6 +357,7 @@ def check_run(claim: Claim, run: KeptRun) -> str | None:
             match = re.search(claim.output, notebook_text(nb))
             if match is None:
                 raise _Stale(f"nothing in its outputs matches `output` {claim.output!r}")
+            cells = _cells_of_match(nb, match.start(), match.end())
 
             def read(function: str, name: str) -> float:
                 text = (match[name] or "").replace(",", "")
@@ -307,17 +374,12 @@ def check_run(claim: Claim, run: KeptRun) -> str | None:
     except (ZeroDivisionError, OverflowError) as exc:
         return f"FAILED: {claim.describe()}\n  run {run.name}, {where}: `holds` raised {exc}"
     if holds:
-        return None
+        return _code_check(claim, run, cells, current)
     values = ", ".join(f"{key} = {shown}" for key, shown in read_values.items())
     return (
         f"CONTRADICTED: {claim.describe()}\n  run {run.name} ({run.describe()}), {where}\n"
         f"  holds = {claim.holds!r} is false: {values}"
     )
-
-
-def _markdown(notebook: Path) -> list[str]:
-    nb = nbformat.read(notebook, as_version=4)
-    return [collapse(cell.source) for cell in nb.cells if cell.cell_type == "markdown"]
 
 
 def check_file(path: Path, root: Path = ROOT, runs: list[KeptRun] | None = None) -> list[str]:
@@ -331,7 +393,8 @@ def check_file(path: Path, root: Path = ROOT, runs: list[KeptRun] | None = None)
     notebooks = sorted((root / "notebooks").glob(f"{number}_*.ipynb"))
     if len(notebooks) != 1:
         return [f"{path.name}: claims for notebook {number}, but notebooks/ has {len(notebooks)} notebooks {number}_*"]
-    markdown = _markdown(notebooks[0])
+    current = nbformat.read(notebooks[0], as_version=4)
+    markdown = [collapse(cell.source) for cell in current.cells if cell.cell_type == "markdown"]
     problems = []
     for claim in claims:
         if not any(collapse(claim.sentence) in cell for cell in markdown):
@@ -343,7 +406,7 @@ def check_file(path: Path, root: Path = ROOT, runs: list[KeptRun] | None = None)
                 f"UNCHECKED: {claim.describe()}: no kept run matches runs={claim.runs!r} and holds notebook "
                 f"{claim.number} (runs that do: {held or 'none'}): no GPU printed it"
             )
-        problems += [problem for run in matching if (problem := check_run(claim, run))]
+        problems += [problem for run in matching if (problem := check_run(claim, run, current))]
     return problems
 
 

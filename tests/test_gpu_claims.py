@@ -408,3 +408,58 @@ def test_the_h200_run_contradicts_notebook_07s_two_to_three_times(tmp_path):
     (problem,) = _check(root, claim, "07.toml")
     print(problem)
     assert problem.startswith("CONTRADICTED") and "speedup('autocast bfloat16') = 11x" in problem
+
+
+# --- the code behind a run's numbers -------------------------------------------------------------------
+
+
+def test_a_claim_whose_cell_changed_since_the_run_is_stale_naming_the_cell(tmp_path):
+    root = _repo(tmp_path)
+    claim = _claim("1.8 < speedup('reduce-overhead') < 2.4")
+    assert _check(root, claim) == []
+    path = root / "notebooks" / "07_x.ipynb"
+    nb = nbformat.read(path, as_version=4)
+    nb.cells[1].source = "run(batch=16)"  # the cell that printed the table, edited after the run
+    nbformat.write(nb, path)
+    (problem,) = _check(root, claim)
+    assert problem.startswith(f"STALE: 07.toml, claim 1: {SENTENCE!r}")
+    assert "printed it from cell 1; the code of cell 1 has changed since (the run is of commit abc1234)" in problem
+
+
+def test_a_sentence_that_quotes_an_earlier_version_of_its_cell_must_name_the_runs_commit(tmp_path):
+    root = _repo(tmp_path)
+    path = root / "notebooks" / "07_x.ipynb"
+    nb = nbformat.read(path, as_version=4)
+    nb.cells[1].source = "run(batch=16)"
+    dated = "On the kept GPU run (commit abc1234, before this cell took batch 16), reduce-overhead ran about twice"
+    nb.cells[0].source += f"\n\n{dated} as fast."
+    nbformat.write(nb, path)
+    earlier = "earlier_code = true"
+    assert _check(root, _claim("speedup('reduce-overhead') > 1.8", sentence=dated, extra=earlier)) == []
+    (undated,) = _check(root, _claim("speedup('reduce-overhead') > 1.8", extra=earlier))
+    assert undated.startswith("STALE") and "does not name the run's commit (abc1234)" in undated
+    nb.cells[1].source = "run()"  # the cell as the run had it: nothing earlier about it
+    nbformat.write(nb, path)
+    (needless,) = _check(root, _claim("speedup('reduce-overhead') > 1.8", sentence=dated, extra=earlier))
+    assert needless.startswith("FAILED") and "drop `earlier_code`" in needless
+
+
+def test_editing_a_real_cell_that_a_kept_claim_reads_makes_it_stale(tmp_path):
+    """Notebook 01 as the H200 run had it: its float32 sweep claim holds until the sweep's cell is edited."""
+    root = _h200_repo(tmp_path, "01")
+    sweep = next(c for c in claims.load_claims(claims.CLAIMS_DIR / "01.toml") if "75-76%" in c.sentence)
+    toml = "[[claim]]\n" + "\n".join(
+        f"{key} = {json.dumps(value)}"
+        for key, value in (("sentence", "large matmuls reached"), ("runs", sweep.runs), ("output", sweep.output),
+                           ("holds", sweep.holds))
+    )  # fmt: skip
+    notebook = next((root / "notebooks").glob("01_*.ipynb"))
+    nb = nbformat.read(notebook, as_version=4)
+    nb.cells[1].source += "\n\nlarge matmuls reached"  # the sentence, so that only the code can make it fail
+    nbformat.write(nb, notebook)
+    assert _check(root, toml, "01.toml") == []
+    (index,) = [i for i, c in enumerate(nb.cells) if c.cell_type == "code" and "achieved = []" in c.source]
+    nb.cells[index].source = nb.cells[index].source.replace("\n", "\n# edited after the run\n", 1)
+    nbformat.write(nb, notebook)
+    (problem,) = _check(root, toml, "01.toml")
+    assert problem.startswith("STALE") and f"the code of cell {index} has changed since" in problem
