@@ -4,7 +4,17 @@ Contract: ``execute(nb, ...)`` runs every code cell in order in a kernel started
 the jail, and always returns: each cell's outputs (capped at ``Limits.output_bytes`` per
 cell), plus notes in plain words for the feedback. When a cell exceeds its time limit or
 the kernel dies (``os._exit``, a segfault, ``exit()``, the memory limit), that cell gets an
-error output saying so. A cell over its time limit is first interrupted, as nbgrader does
+error output saying so. A cell's time limit (``Limits.cell_timeout``) is CPU time: what its
+kernel and every process the kernel started used during the cell (``cputime``; a watchdog
+looks every ``WATCH_INTERVAL``), so other work on the machine does not make a correct cell
+fail. A cell that uses little CPU but does not finish (sleeping, blocked) is stopped at
+``WALL_FACTOR`` times its limit of wall-clock time, a limit that moves on while the cell is
+held back by other work (its kernel's threads ready to run but waiting for a CPU at least
+``HELD_BACK`` of the time: ``CpuAccount.waited``); a cell that the notebook's limit stops while
+it was held back so gets a grader-problem note, not a verdict on the code, and a cell that
+slept or blocked is told so. No cell outlasts the notebook's wall-clock time limit
+(``Limits.notebook_timeout``); the grader's preamble has a wall-clock limit only
+(``PREAMBLE_TIMEOUT``). A cell over its time limit is first interrupted, as nbgrader does
 (the kernel keeps what the cell did before the interrupt and grading goes on in it); when
 the kernel does not answer the interrupt, or dies, a fresh kernel replays the cells that
 had run and grading goes on from the next cell, up to ``Limits.restarts`` times and within
@@ -34,6 +44,7 @@ import signal
 import sys
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 from jupyter_client.manager import AsyncKernelManager
@@ -44,6 +55,7 @@ from nbformat import NotebookNode
 from nbformat.v4 import new_output
 
 from grading.guard import digest
+from grading.sandbox.cputime import CellClock, CpuAccount
 from grading.sandbox.leaks import keep_hidden_tests_out, label
 from grading.sandbox.protections import Limits, parent_death_signal
 from grading.sanitize import fail_cell, is_test, role
@@ -55,12 +67,41 @@ GRADER_PROBLEM = "Grader problem"  # notes that start so are the grader's fault,
 BYPASSED = "the grader's integrity check did not answer (the submission replaced it): the tests cannot be trusted"
 PREAMBLE_TIMEOUT = 120.0  # importing torch on a loaded machine; not the learner's time
 INTERRUPT_GRACE = 10.0  # seconds a kernel gets to answer after an interrupt before it is killed
+# A cell's wall-clock limit, in multiples of its CPU time limit: one that waits (sleeps, or
+# blocks on a lock, a process or input) is stopped there, after 4 minutes at the course's 60 s;
+# one that needs all its CPU time gets it there with a quarter of a core. One whose threads
+# were ready to run but waited for a CPU at least HELD_BACK of a stretch (the run-queue wait
+# the kernel's scheduler counts, /proc/<pid>/task/<tid>/schedstat) is held back by the
+# machine's load, not waiting: its limit moves on by one CPU limit at a time, up to the
+# notebook's. A sleeping or blocked cell waits on no run queue, so its share is about 0.
+WALL_FACTOR = 4.0
+HELD_BACK = 0.2  # seconds per second of run-queue wait that tell a cell held back by load from one that waits
+WATCH_INTERVAL = 0.1  # seconds between two looks at a running cell's CPU time
+
+
+class CpuTimeExceeded(CellTimeoutError):
+    """The cell's kernel (with every process it started) used more CPU time than the cell's limit."""
+
+
+class WallTimeExceeded(CellTimeoutError):
+    """The cell ran past its wall-clock limit without using its CPU time (``held``: its threads' run-queue wait
+    per second over its last stretch; under ``HELD_BACK``, the cell was waiting, not held back)."""
+
+    def __init__(self, held: float) -> None:
+        super().__init__(f"the cell's wall-clock time limit passed (held back {held:.0%} of the time)")
+        self.held = held
 
 
 class JailedKernelManager(AsyncKernelManager):
     """A kernel manager that starts ipykernel behind a jail command, talking over Unix sockets."""
 
-    def configure(self, jail: list[str], workdir: Path, log: Path) -> None:
+    def __init__(self, **kwargs) -> None:
+        super().__init__(**kwargs)
+        self.cpu_account = CpuAccount()  # the kernel's CPU time, from its process tree unless ``configure`` says
+
+    def configure(self, jail: list[str], workdir: Path, log: Path, account: CpuAccount | None = None) -> None:
+        """``account`` reads the kernel's CPU time (``cputime.account``; its process tree if None)."""
+        self.cpu_account = account or CpuAccount()
         self._jail = jail
         self._workdir = workdir
         self._log = log
@@ -82,11 +123,22 @@ class JailedKernelManager(AsyncKernelManager):
 
     async def start_kernel(self, **kw):  # type: ignore[override]
         log = open(self._log, "ab")  # noqa: SIM115 (the kernel process keeps it)
-        kw.update(stdin=None, stdout=log, stderr=log, cwd=str(self._workdir), preexec_fn=parent_death_signal())
+        die_with_parent, join = parent_death_signal(), self.cpu_account.join
+
+        def prepare() -> None:  # in the kernel's process, before it runs anything
+            join()
+            if die_with_parent is not None:
+                die_with_parent()
+
+        kw.update(stdin=None, stdout=log, stderr=log, cwd=str(self._workdir), preexec_fn=prepare)
         try:
-            return await self._async_start_kernel(**kw)
+            started = await self._async_start_kernel(**kw)
         finally:
             log.close()
+        process = getattr(self.provisioner, "process", None)
+        if process is not None:
+            self.cpu_account.attach(process.pid)
+        return started
 
     def exit_status(self) -> int | None:
         process = getattr(self.provisioner, "process", None)
@@ -94,7 +146,7 @@ class JailedKernelManager(AsyncKernelManager):
 
 
 class _Client(NotebookClient):
-    """nbclient with an output cap and nbgrader's rule for suppressed tracebacks."""
+    """nbclient with an output cap, nbgrader's rule for suppressed tracebacks, and a CPU time limit."""
 
     def __init__(self, nb: NotebookNode, km: JailedKernelManager, limits: Limits):
         super().__init__(
@@ -113,6 +165,49 @@ class _Client(NotebookClient):
         self._used: dict[int, int] = {}
         self.on_cell_executed = self._restore_error
         self._reader: asyncio.Task | None = None
+        self.clock = CellClock(km.cpu_account)
+        self._limits: _CellLimits | None = None
+
+    def run_cell(self, cell: NotebookNode, index: int, store_history: bool, limits: _CellLimits) -> None:
+        """Execute ``cell``: ``CpuTimeExceeded``, ``WallTimeExceeded`` or (at ``limits.hard``) ``CellTimeoutError``."""
+        self.timeout, self._limits = max(1, int(limits.hard)), limits
+        self.clock.restart()
+        self.execute_cell(cell, index, store_history=store_history)
+
+    async def _async_poll_for_reply(self, msg_id, cell, timeout, task_poll_output_msg, task_poll_kernel_alive):  # type: ignore[override]
+        reply = asyncio.ensure_future(
+            super()._async_poll_for_reply(msg_id, cell, timeout, task_poll_output_msg, task_poll_kernel_alive)
+        )
+        watchdog = asyncio.ensure_future(self._watch(self._limits))
+        try:
+            await asyncio.wait({reply, watchdog}, return_when=asyncio.FIRST_COMPLETED)
+        finally:  # the cell ended, a limit passed, or the kernel died (nbclient cancels this task)
+            for task in (reply, watchdog):
+                if not task.done():
+                    task.cancel()
+                    with contextlib.suppress(asyncio.CancelledError, Exception):
+                        await task
+        if reply.done() and not reply.cancelled():
+            return reply.result()
+        task_poll_kernel_alive.cancel()
+        raise watchdog.result()
+
+    async def _watch(self, limits: _CellLimits | None) -> CellTimeoutError:
+        """Return the error to raise once the cell is over its CPU or its wall-clock limit (never without ``cpu``)."""
+        if limits is None or limits.cpu is None:
+            await asyncio.Event().wait()  # nbclient's timeout (``hard``) alone
+        assert limits is not None and limits.cpu is not None
+        stretch, ends = self.clock.start, self.clock.start.wall + limits.wall
+        while True:
+            await asyncio.sleep(WATCH_INTERVAL)
+            if self.clock.cpu() > limits.cpu:
+                return CpuTimeExceeded(f"the cell used more than {limits.cpu:.0f} s of CPU time")
+            if time.monotonic() < ends:
+                continue
+            held = self.clock.held_back(stretch)
+            if held < HELD_BACK:
+                return WallTimeExceeded(held)
+            stretch, ends = self.clock.mark(), ends + limits.cpu  # held back by the load: not the cell's doing
 
     def output(self, outs, msg, display_id, cell_index):  # type: ignore[override]
         size = len(json.dumps(msg.get("content", {}), default=str))
@@ -343,12 +438,8 @@ def _run(
         try:
             with client.setup_kernel():
                 for index in history:  # replay after a restart, outputs discarded
-                    client.timeout = int(
-                        PREAMBLE_TIMEOUT if role(nb.cells[index]) == "preamble" else limits.cell_timeout
-                    )
-                    client.execute_cell(
-                        copy.deepcopy(nb.cells[index]), index, store_history=not is_test(nb.cells[index])
-                    )
+                    given = _time_limits(role(nb.cells[index]), limits.cell_timeout, limits.notebook_timeout)
+                    client.run_cell(copy.deepcopy(nb.cells[index]), index, not is_test(nb.cells[index]), given)
                 replaying = False
                 while position < len(code):
                     index = code[position]
@@ -359,15 +450,13 @@ def _run(
                         give_up("not run: the notebook's time limit was used up")
                         return nb
                     kind = role(cell)
-                    limit = PREAMBLE_TIMEOUT if kind == "preamble" else min(limits.cell_timeout, remaining)
-                    client.timeout = max(1, int(limit))
+                    given = _time_limits(kind, limits.cell_timeout, remaining)
                     try:
-                        client.execute_cell(cell, index, store_history=not is_test(cell))
-                    except CellTimeoutError:
-                        fail_cell(cell, "CellTimeoutError", f"the cell exceeded its {limit:.0f} s time limit")
-                        notes.append(f"Cell {label(nb, index)} exceeded its {limit:.0f} s time limit.")
+                        client.run_cell(cell, index, not is_test(cell), given)
+                    except CellTimeoutError as stop:
+                        notes.append(_over_time(cell, label(nb, index), client.clock, given, stop))
                         _unfinished(nb, index, history, unfinished)
-                        if kind is None and _interrupted(client, km, limit, deadline):
+                        if kind is None and _interrupted(client, km, given.cpu or given.wall, deadline):
                             position += 1  # the kernel keeps what the cell did before the interrupt, as in nbgrader
                             continue
                         raise
@@ -425,6 +514,51 @@ def _run(
         finally:
             _kill(km)
     return nb
+
+
+@dataclass(frozen=True)
+class _CellLimits:
+    """A cell's limits in seconds: CPU time (None: wall-clock only), wall-clock, and the notebook's time left."""
+
+    cpu: float | None
+    wall: float
+    hard: float
+
+
+def _time_limits(kind: str | None, cell_timeout: float, remaining: float) -> _CellLimits:
+    """The grader's preamble has a wall-clock limit only; other cells ``cell_timeout`` of CPU time and
+    ``WALL_FACTOR`` times that of wall-clock time, none past the ``remaining`` time of the notebook."""
+    if kind == "preamble":
+        return _CellLimits(None, PREAMBLE_TIMEOUT, PREAMBLE_TIMEOUT)
+    return _CellLimits(min(cell_timeout, remaining), min(WALL_FACTOR * cell_timeout, remaining), remaining)
+
+
+def _over_time(cell: NotebookNode, name: str, clock: CellClock, limits: _CellLimits, stop: Exception) -> str:
+    """Fail a cell stopped by a time limit; the note says which limit, and whether the machine's load may have."""
+    used, held = clock.cpu(), stop.held if isinstance(stop, WallTimeExceeded) else clock.held_back()
+    if isinstance(stop, CpuTimeExceeded):
+        why = (
+            f"the cell exceeded its {limits.cpu:.0f} s time limit (CPU time of its kernel and the processes it started)"
+        )
+        note = f"Cell {name} exceeded its {limits.cpu:.0f} s time limit ({used:.1f} s of CPU time)."
+    elif limits.cpu is None:  # the grader's preamble
+        why = f"the cell exceeded its {limits.wall:.0f} s time limit"
+        note = f"Cell {name} exceeded its {limits.wall:.0f} s time limit."
+    else:
+        limit = f"its {limits.wall:.0f} s wall-clock" if isinstance(stop, WallTimeExceeded) else "the notebook's"
+        done = (
+            f"did not finish within {limit} time limit, having used {used:.1f} s of its {limits.cpu:.0f} s of CPU time"
+        )
+        why = f"the cell {done}: it was waiting (sleeping, or blocked on a lock, a process or input)"
+        note = f"Cell {name} {done}: it was waiting (sleeping, or blocked on a lock, a process or input)."
+        if held >= HELD_BACK:  # it was ready to run and did not get a CPU: held back, not waiting
+            why = f"the cell {done}, held back by other work on the grading machine (a grader problem, not the code's)"
+            note = (
+                f"{GRADER_PROBLEM}: cell {name} {done}, while its kernel waited for a CPU {held:.0%} of the time: "
+                "the machine's load stopped it; grade it again on a quieter machine (--force)."
+            )
+    fail_cell(cell, "CellTimeoutError", why)
+    return note
 
 
 def _unfinished(nb: NotebookNode, index: int, history: list[int], unfinished: set[int]) -> None:
@@ -491,6 +625,7 @@ def _kill(km: JailedKernelManager) -> None:
         process = getattr(km.provisioner, "process", None)
         if process is not None and process.poll() is None:
             process.kill()
+    km.cpu_account.close()
 
 
 def _tail(km: JailedKernelManager) -> str:

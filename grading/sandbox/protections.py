@@ -17,7 +17,9 @@ so instead of pretending. Three levels:
 * ``none``: resource limits and a private working directory only.
 
 Resource limits (time per cell and per notebook, address space, processes, file size,
-output size) apply at every level.
+output size) apply at every level. A cell's time limit counts the CPU time of its kernel and
+every process the kernel starts (``sandbox.cputime``: exact from a cgroup of the kernel's own at
+the ``root`` level, from the process tree in /proc below it), with a wall-clock backstop.
 """
 
 from __future__ import annotations
@@ -69,7 +71,7 @@ IPC_LIMITS = {  # /proc/sys/kernel/NAME in each kernel's own IPC namespace
 class Limits:
     """Per-submission limits (seconds and bytes)."""
 
-    cell_timeout: float = 60.0
+    cell_timeout: float = 60.0  # seconds of CPU time (the kernel and its processes), with a wall-clock backstop
     notebook_timeout: float = 600.0
     memory_bytes: int = 6 * GiB  # address space: importing torch alone maps about 1 GB
     processes: int = 256  # processes and threads of the grading user (torch starts one per core)

@@ -11,9 +11,11 @@ is replaced and the job reported as a grader error, never lost. At the root leve
 worker runs its kernels as a grading user of its own, leased for the pool's life
 (``sandbox.SlotLease``), so concurrent gradings never kill each other's kernels, and in a
 cpuset cgroup of that user's (``sandbox.cpus``) that loses every CPU a measured test holds
-meanwhile, in this run or any other. A measured test waits for a CPU of its own (the wait is
-not part of its time budget). Workers talk JSON lines over their stdin/stdout (``python -I
--m grading.sandbox.worker``); they start without importing torch.
+meanwhile, in this run or any other; there each kernel's CPU time, which a cell's time limit
+counts, is read from a cgroup of the kernel's own (``sandbox.cputime``), elsewhere from its
+process tree. A measured test waits for a CPU of its own (the wait is not part of its time
+budget). Workers talk JSON lines over their stdin/stdout (``python -I -m
+grading.sandbox.worker``); they start without importing torch.
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ from pathlib import Path
 
 from grading.guard import TOKEN_FILE
 from grading.sandbox.cpus import join_job, leave_jobs, reserve
+from grading.sandbox.cputime import account
 from grading.sandbox.protections import (
     GRADING_UID_BASE,
     Limits,
@@ -248,7 +251,7 @@ def run_job(job: dict) -> dict:
             hide=[Path(p) for p in job["hide"]],
             slot=job["slot"],
         )
-        km.configure(jail, workdir, base / "kernel.log")
+        km.configure(jail, workdir, base / "kernel.log", account(protections.level))
         return km
 
     measured = job.get("measured") or []
