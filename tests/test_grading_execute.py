@@ -1,10 +1,15 @@
-"""The executor's output handling: the flood cap, the profiler's stderr chatter, hidden tests kept out."""
+"""The executor: the flood cap, the profiler's stderr chatter, hidden tests kept out, and time limits
+that count a cell's CPU time (real kernels beside busy processes the grader does not control)."""
 
 from __future__ import annotations
 
 import html
 import json
+import os
+import subprocess
+import sys
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
 import nbformat
@@ -12,6 +17,7 @@ import pytest
 from nbformat.v4 import new_code_cell, new_notebook, new_output
 
 from grading.sandbox.execute import (
+    GRADER_PROBLEM,
     JailedKernelManager,
     _Client,
     drop_profiler_chatter,
@@ -156,4 +162,78 @@ def test_after_a_flood_is_interrupted_the_next_cells_answer_is_not_lost(tmp_path
     results = [[o["data"]["text/plain"] for o in nb.cells[i].outputs if o["output_type"] == "execute_result"]
                for i in (1, 3)]  # fmt: skip
     assert results == [["40"], ["41"]], notes
-    assert notes == [f"Cell code cell {i} exceeded its 3 s time limit." for i in (1, 3)]
+    assert [note.split(" (")[0] for note in notes] == [
+        f"Cell code cell {i} exceeded its 3 s time limit" for i in (1, 3)
+    ]
+
+
+@pytest.fixture
+def outside_load():
+    """Two busy processes per core that the grader does not control (the machine's other users), killed at the end."""
+    busy = [
+        subprocess.Popen([sys.executable, "-S", "-c", "while True: pass"]) for _ in range(2 * (os.cpu_count() or 1))
+    ]
+    yield
+    for process in busy:
+        process.kill()
+        process.wait()
+
+
+def _kernels(tmp_path: Path, cgroup: bool = False) -> Callable[[], JailedKernelManager]:
+    """Kernels for ``execute`` without the jail; with ``cgroup``, their CPU time is read from a cgroup of their own."""
+
+    def new_kernel() -> JailedKernelManager:
+        km = JailedKernelManager()
+        workdir = Path(tempfile.mkdtemp(dir=tmp_path))
+        km.configure([], workdir, workdir / "kernel.log")
+        if cgroup:
+            from grading.sandbox.cputime import account
+
+            km.cpu_account = account("root")
+            if not km.cpu_account.exact:
+                pytest.skip("needs root and a writable cgroup hierarchy with CPU accounting")
+        return km
+
+    return new_kernel
+
+
+def _printed(cell: nbformat.NotebookNode) -> str:
+    return "".join(o.get("text", "") for o in cell.outputs if o["output_type"] == "stream")
+
+
+@pytest.mark.parametrize("cgroup", [False, True], ids=["process tree", "cgroup"])
+def test_a_cell_that_burns_cpu_is_stopped_at_its_cpu_limit_and_the_kernel_goes_on(tmp_path, outside_load, cgroup):
+    """Beside two busy processes per core, the loop counts its own CPU time: it had its limit's 1 s
+    of it when it was stopped (the old wall-clock limit stopped it after 1 s of wall time, with less)."""
+    burner = (
+        "import time\nstart, spent = time.process_time(), 0.0\nwhile True:\n    spent = time.process_time() - start"
+    )
+    nb = new_notebook(cells=[new_code_cell(burner), new_code_cell("print(round(spent, 2))")])
+    notes: list[str] = []
+    execute(nb, _kernels(tmp_path, cgroup), Limits(cell_timeout=1, notebook_timeout=120), notes)
+    assert nb.cells[0].outputs[-1]["ename"] == "CellTimeoutError", nb.cells[0].outputs
+    spent = float(_printed(nb.cells[1]))  # the same kernel: it still has the loop's variables
+    assert 0.95 <= spent <= 2.0, notes
+    assert len(notes) == 1 and notes[0].startswith("Cell code cell 1 exceeded its 1 s time limit"), notes
+
+
+def test_a_cell_that_waits_for_ever_is_stopped_by_the_wall_clock_limit(tmp_path, outside_load):
+    """A sleep uses no CPU: the cell is stopped at 4 times its limit and the note says it was waiting,
+    even beside two busy processes per core (its kernel waited on no run queue: not held back)."""
+    nb = new_notebook(cells=[new_code_cell("import time\ntime.sleep(10_000)"), new_code_cell("print('after')")])
+    notes: list[str] = []
+    execute(nb, _kernels(tmp_path), Limits(cell_timeout=1, notebook_timeout=60), notes)
+    assert "4 s wall-clock time limit" in nb.cells[0].outputs[-1]["evalue"], nb.cells[0].outputs
+    assert _printed(nb.cells[1]) == "after\n"
+    assert len(notes) == 1 and "4 s wall-clock time limit" in notes[0] and "0.0 s" in notes[0], notes
+    assert "it was waiting" in notes[0] and not notes[0].startswith(GRADER_PROBLEM), notes
+
+
+def test_a_cell_within_its_cpu_limit_passes_on_a_loaded_machine(tmp_path, outside_load):
+    """The cell needs 1 s of CPU time, its limit is 2 s: beside two busy processes per core it takes
+    more than 2 s of wall time, which the old wall-clock limit failed (notebook 10's exercise 1)."""
+    work = "import time\nstart = time.process_time()\nwhile time.process_time() - start < 1.0:\n    pass\nprint('done')"
+    nb = new_notebook(cells=[new_code_cell(work)])
+    notes: list[str] = []
+    execute(nb, _kernels(tmp_path), Limits(cell_timeout=2, notebook_timeout=120), notes)
+    assert _printed(nb.cells[0]) == "done\n" and notes == [], (nb.cells[0].outputs, notes)
