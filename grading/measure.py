@@ -223,7 +223,9 @@ def flag_unmeasured(gradebook: Any, grade_ids: list[str], notebook: str, assignm
     """Mark the grades ``grade_ids`` (``unmeasured(nb)``) as needing manual grading in nbgrader's gradebook.
 
     Run after nbgrader's ``SaveAutoGrades``: the auto score (the points the referee could
-    decide) stays, and the formgrader lists the cell for the instructor.
+    decide) stays, and the formgrader lists the cell for the instructor. ``pipeline.finish``
+    passes the tests ``leaks.flagged_for_review`` names too (hidden text in an output that
+    proves nothing): their score stays as well.
     """
     for grade_id in grade_ids:
         gradebook.find_grade(grade_id, notebook, assignment, student).needs_manual_grade = True

@@ -228,7 +228,7 @@ class Outcome:
     scores: dict[str, float | None] = field(default_factory=dict)  # grade_id -> auto score (SaveAutoGrades)
     comments: dict[str, str | None] = field(default_factory=dict)  # grade_id -> auto comment (SaveAutoGrades)
     recorded: bool = False  # SaveAutoGrades ran: ``scores`` and ``comments`` are to be written
-    manual: list[str] = field(default_factory=list)  # grade ids flagged for manual grading (unmeasured tests)
+    manual: list[str] = field(default_factory=list)  # grade ids flagged for manual grading (unmeasured, leak review)
     late: bool = False  # AssignLatePenalties ran after it: the coordinator applies the course's penalty
 
 
@@ -317,6 +317,7 @@ def finish(prepared: Prepared, result: dict | None, recipe: Recipe, job: Noteboo
     preprocessors record as they always do, into ``db_url`` (the coordinator's gradebook).
     """
     from grading.measure import flag_unmeasured, unmeasured
+    from grading.sandbox.leaks import flagged_for_review
 
     notes = list(prepared.notes)
     seconds = 0.0
@@ -330,9 +331,11 @@ def finish(prepared: Prepared, result: dict | None, recipe: Recipe, job: Noteboo
         else:
             nb = fail_all_tests(prepared.nb, f"grader error: {result['error']}")
             notes.append(f"Grader error: {result['error']}.")
+    reviewed = flagged_for_review(nb)  # inconclusive hidden text in an output: read before the grader's metadata goes
     nb = without_grader_cells(nb, [])
     outcome = Outcome("", notes, seconds)
     not_measured = unmeasured(nb)  # measured tests the grader could not measure: the instructor decides
+    manual = list(dict.fromkeys([*not_measured, *reviewed]))
     resources = _resources(job, db_url)
     made = _Made.of(recipe, "after_execute")
     try:
@@ -341,16 +344,16 @@ def finish(prepared: Prepared, result: dict | None, recipe: Recipe, job: Noteboo
                 collect = _collector()
                 nb, resources = collect(nb, resources)
                 outcome.scores, outcome.comments, outcome.recorded = collect.scores, collect.comments, True
-                outcome.manual = not_measured
+                outcome.manual = manual
             elif step == _LATE:
                 outcome.late = True
             else:
                 nb, resources = preprocessor(nb, resources)
-        if not recipe.batched and not_measured:
+        if not recipe.batched and manual:
             from nbgrader.api import Gradebook
 
             with Gradebook(db_url) as gb:
-                flag_unmeasured(gb, not_measured, job.notebook, job.assignment, job.student)
+                flag_unmeasured(gb, manual, job.notebook, job.assignment, job.student)
     except Exception as error:  # the grades of this notebook may be incomplete: say so
         outcome.notes = [*notes, f"{GRADER_PROBLEM}: recording the grades failed ({type(error).__name__}: {error})."]
     nb = make_safe_to_read(nb)  # after recording: what a person's browser renders of the learner's cells

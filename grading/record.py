@@ -237,7 +237,8 @@ class Recorder:
                     continue
                 gid, manual = row
                 # SaveAutoGrades._add_score: a manual score, or no automatic one, means a person must look;
-                # then measure.flag_unmeasured: a measured test its referee could not measure too
+                # then measure.flag_unmeasured: a measured test its referee could not measure, and a test
+                # whose hidden text an output showed without proving anything (leaks.flagged_for_review)
                 flagged = manual is not None or score is None or grade_id in outcome.manual
                 grades.append({"id": gid, "auto_score": score, "needs_manual_grade": flagged})
             for grade_id, text in outcome.comments.items():

@@ -11,6 +11,7 @@ machine may slow down): that one must have run without any note of tampering.
 
 from __future__ import annotations
 
+import re
 import shutil
 
 import nbformat
@@ -54,6 +55,7 @@ def test_the_reference_solution_scores_every_point(graded, path):
     notes = " ".join(result.notes)
     assert not result.grader_error, notes
     assert "the submission" not in notes, notes  # no verdict of tampering
+    assert "hidden lines" not in notes, notes  # what the notebook prints shows no hidden test (leaks.py)
     nb = nbformat.read(course.folder("autograded", path.stem, STUDENT) / path.name, as_version=4)
     measured = {m["grade_id"] for m in measured_tests(nb, course.root)[0]}
     for cell in nb.cells:
@@ -62,3 +64,41 @@ def test_the_reference_solution_scores_every_point(graded, path):
             continue
         errors = [f"{o['ename']}: {o['evalue']}" for o in cell.outputs if o.get("output_type") == "error"]
         assert not errors, f"{path.stem} `{name}`: {errors}"
+
+
+def test_one_wrong_exercise_costs_its_own_points_only_and_accuses_no_one(tmp_path):
+    """Notebook 01 with exercise 1 wrong scores every other test's points, without a word about hidden tests.
+
+    Every failing check's traceback quotes ``raise AssertionError(`` from ``course_utils/checks.py``,
+    which is also a line of exercise 4's hidden test: the output check used to take it for that
+    test's hidden text, so a correct exercise 4 scored 0 with an accusation (5/10 where Validate
+    said 8/10).
+    """
+    from wrong_answers import nb01
+
+    path = next(p for p in NOTEBOOKS if p.stem.startswith("01_"))
+    wrong = next(w for w in nb01.WRONG if w.grade_id == "ex1_matmul_flops")
+    course = Course(root=tmp_path / "grading", notebooks=REPO_ROOT / "notebooks")
+    release(course, [path.stem])
+    solutions = {nbgrader_meta(c).get("grade_id"): c.source for c in nbformat.read(path, as_version=4).cells}
+    nb = nbformat.read(course.folder("release", path.stem) / path.name, as_version=4)  # what the learner gets
+    for cell in nb.cells:
+        if nbgrader_meta(cell).get("solution"):
+            grade_id = nbgrader_meta(cell)["grade_id"]
+            cell.source = wrong.answer if grade_id == wrong.grade_id else solutions[grade_id]
+    points = {nbgrader_meta(c)["grade_id"]: nbgrader_meta(c)["points"] for c in nb.cells if is_test(c)}
+    folder = course.folder("submitted", path.stem, STUDENT)
+    folder.mkdir(parents=True)
+    nbformat.write(nb, folder / path.name)
+    (folder / "timestamp.txt").write_text("2026-01-01 00:00:00 UTC")
+
+    summary = autograde(course, jobs=1, limits=Limits(cell_timeout=240, notebook_timeout=1200), progress=False)
+
+    (result,) = summary.graded
+    notes = " ".join(result.notes)
+    assert result.score == sum(points.values()) - points["ex1_matmul_flops_tests"], notes
+    assert "hidden" not in notes and not result.needs_manual_grade, notes
+    graded = nbformat.read(course.folder("autograded", path.stem, STUDENT) / path.name, as_version=4)
+    ex1 = next(c for c in graded.cells if nbgrader_meta(c).get("grade_id") == "ex1_matmul_flops_tests")
+    traceback = "".join(line for o in ex1.outputs if o.get("output_type") == "error" for line in o["traceback"])
+    assert "raise AssertionError(" in re.sub(r"\x1b\[[0-9;]*m", "", traceback)  # where the check failed, still shown
