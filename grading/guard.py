@@ -32,12 +32,21 @@ modules the notebook uses):
   IPython's transformers, callbacks, display hooks and formatters, the trace and profile
   functions, torch's modes, signal handlers and threads running the notebook's code, and
   only then answers and arms the next cell;
-* the armed test cell is rewritten before it runs: its body becomes a function's, so its
-  variables and helper functions are locals that the code under test cannot read or rebind
-  (they are copied to the namespace when the test ends, as nbgrader leaves them); the names
-  it reads are pinned; every value it uses (names, call results, attributes, items), every
-  ``assert`` and single comparison passes through ``inspect_value``/``compare``/``truth``;
-  after every call, before its result is used, everything recorded is compared again. The
+* the armed test cell is rewritten before it runs: its body becomes a function's, with module
+  semantics where the test relies on the notebook: a name the cell declares ``global``, or
+  first reads or deletes (``orig = squares; del squares``), is the notebook's (``global`` in
+  that function), so ``del``, ``global`` and rebinding what the code under test calls keep
+  their meaning; a name it binds first (its expected values, its helper functions) is a
+  local that the code under test cannot read or rebind, copied to the namespace when the
+  test ends, as nbgrader leaves it. The names it only reads are pinned; every value it uses
+  (names, call results, attributes, items), every ``assert`` and single comparison passes
+  through ``inspect_value``/``compare``/``truth``. A call goes through ``call`` and ``after``
+  (``after(call(f, *args)())``: the test's own frame makes it, through ``functools.partial``),
+  an attribute or item through ``mark``/``key`` and ``after``: when code the guard does not
+  trust may run in it (not the test's own functions, nor code that existed before the
+  notebook's first cell, recorded by identity at ``install``, given plain data; every check
+  function), the audit hook is told first, and everything recorded is compared again before
+  the result is used. The
   cell's source is scrubbed of its hidden lines in ``linecache``, in the kernel's request
   and in IPython's execution record, so that neither the code under test nor a later cell
   can read them; its value (nbgrader's partial credit) is displayed without touching
@@ -90,7 +99,7 @@ TOKEN_FILE = ".course-grading-token"  # in the kernel's working directory until 
 EVENT = "course_grading."  # the audit events of the grader's protocol
 
 # positions of the helpers in the tuple a test cell receives (a tuple: nothing can replace an item)
-VALUE, COMPARE, TRUTH, RETURNED, EXPORT, LOCALS, INITIAL, RUN, PIN, DISPLAY = range(10)
+VALUE, COMPARE, TRUTH, RETURNED, EXPORT, LOCALS, INITIAL, RUN, PIN, DISPLAY, CALL, MARK, KEY, AFTER = range(14)
 
 _MAX_ITEMS = 10_000  # elements of one container inspected
 _MAX_DEPTH = 6
@@ -453,11 +462,14 @@ class _State:
     """What ``install`` recorded; the helpers a test cell calls are its bound methods."""
 
     __slots__ = (
-        "armed", "compares", "containers", "core", "functions", "harmless", "helpers", "labels", "overrides",
-        "plain", "protocol", "records", "roots", "shell", "tensor_api", "tensor_types", "trace", "transformer",
-        "user_ns", "value_bases",
+        "armed", "compares", "containers", "core", "data", "denied", "functions", "genuine", "genuine_classes",
+        "harmless", "helpers", "installed_files", "kept", "labels", "overrides", "pending", "plain", "protocol",
+        "records", "roots", "shell", "tensor_api", "tensor_types", "test_codes", "trace", "transformer", "user_ns",
+        "value_bases", "verdicts",
     )  # fmt: skip
-    _MUTABLE = ("armed",)  # the only slot that changes: the hidden lines of the test cell about to run
+    # the slots that change: the hidden lines of the test cell about to run, and the code objects of the test
+    # running (set by the audit hook alone, which compares them with its own copy at every verification)
+    _MUTABLE = ("armed", "test_codes")
 
     def __init__(self, shell, modules: list[str]):
         import builtins
@@ -466,6 +478,8 @@ class _State:
         self.shell = shell
         self.user_ns = shell.user_ns
         self.armed = None
+        self.test_codes = _NO_CODES
+        self.pending: types.MappingProxyType = types.MappingProxyType({"verify": False})  # the hook's own, at install
         plain: set[type] = {
             int, float, complex, bool, str, bytes, bytearray, type(None), type(NotImplemented), type(Ellipsis),
             range, slice, type, types.ModuleType, types.FunctionType, types.BuiltinFunctionType, types.MethodType,
@@ -573,14 +587,30 @@ class _State:
             namespace.update({name: getattr(checks, name) for name in dir(checks) if name.startswith("check_")})
         self.plain = frozenset(plain)
         self.value_bases = tuple(value_bases)
+        data: set[type] = {int, float, complex, bool, str, bytes, type(None), range, slice}
+        if "numpy" in modules or "torch" in modules:
+            data.update(t for t in plain if t.__module__ == "numpy" and t is not numpy.ndarray)
+        if "torch" in modules:
+            data.update({torch.Tensor, torch.nn.Parameter, torch.Size, torch.dtype, torch.device})
+        self.data = frozenset(data)
+        self.denied = frozenset(id(getattr(builtins, name)) for name in (
+            "print", "input", "open", "exec", "eval", "compile", "__import__", "breakpoint", "help", "exit", "quit",
+            "setattr", "delattr", "iter", "next",
+        ) if hasattr(builtins, name))  # fmt: skip
+        self.genuine, self.genuine_classes, self.kept = _genuine()
+        self.installed_files: frozenset[str] = frozenset()
         self.tensor_api = tensor_api
         self.roots = _trusted_roots()  # now that course_utils is imported: its folder is trusted too
+        files = {k.co_filename for k in self.kept if type(k) is types.CodeType}
+        files |= {getattr(m, "__file__", None) for m in list(sys.modules.values())} - {None}
+        known: dict = {}  # installed files, known before any code of the notebook's ran: no realpath per check
+        self.installed_files = frozenset(f for f in files if _installed_file(f, self.roots, known))
 
         self.transformer = _CellHook(self)
         shell.ast_transformers.append(self.transformer)
         self.helpers = (
             self.inspect_value, self.compare, self.truth, self.returned, self.export, locals, self.initial,
-            self.run, self.pin, self.display,
+            self.run, self.pin, self.display, self.call, self.mark, self.key, self.after,
         )  # fmt: skip
 
         recorder = _Recorder(self.roots, _course_roots())
@@ -608,34 +638,184 @@ class _State:
             recorder.add(_ADDED, owner, attr, baseline, label)
         self.records = tuple(recorder.records)
         self.functions = tuple(recorder.functions)
+        self.verdicts = frozenset(id(function) for function in self.functions)
         self.labels = dict(recorder.labels)
         self.core = _core(self)
         self.trace = (sys.gettrace(), sys.getprofile())
 
     # -- helpers the rewritten test cell calls ------------------------------------------
 
-    def returned(self, value, _audit=sys.audit):
-        """After a call of the test's, before its result is used: nothing the tests rely on changed."""
+    def verify(self, _audit=sys.audit) -> None:
+        """Fail unless everything the tests rely on is as recorded (the audit hook compares it)."""
         box: list = []
         _audit(EVENT + "verify", box)
         if not box:
             raise GradingIntegrityError("the grader's checks are missing: the tests cannot be trusted")
         if box[0]:
             raise GradingIntegrityError(_message(box[0], during=True))
+
+    def returned(self, value):
+        """After a call the test made in its own frame (``eval``, ``super()``, ...): everything compared, always."""
+        self.verify()
         return self.inspect_value(value)
+
+    def call(self, function, /, *args, **kwargs):
+        """A call of the test's, made by the test's own frame: ``after(call(f, *args)())``.
+
+        Returns the call ready to make (``functools.partial``: C code, so no frame of the guard's
+        stands between the test and the function, for warnings and tracebacks). When code the guard
+        does not trust may run in it, the audit hook is told first, and ``after`` compares
+        everything before the result is used. Trusted: a function the test itself defined (its
+        body is guarded too), and code that was in the kernel before the notebook's first cell
+        (installed libraries' Python functions and classes, C functions) given only plain data.
+        Anything else, the check functions recorded by ``install`` included (they decide grades),
+        is followed by a comparison.
+        """
+        if self._unsettled_call(function, args, kwargs):
+            self._pending()
+        return _PARTIAL(function, *args, **kwargs)
+
+    def mark(self, owner):
+        """``after(mark(owner).name)``, ``after(mark(owner)[key])``: tells the hook when reading from ``owner``
+        may run code the guard does not trust (its class is not installed code)."""
+        if not self._settled(owner):
+            self._pending()
+        return owner
+
+    def key(self, key):
+        """An item's key: tells the hook when it is not plain data (its hash and equality may run code)."""
+        if not self._data((key,), ()):
+            self._pending()
+        return key
+
+    def after(self, value):
+        """After a call, attribute or item: everything compared when code not trusted may have run since."""
+        if self.pending["verify"]:
+            self.verify()
+        return self.inspect_value(value)
+
+    def _pending(self, _audit=sys.audit) -> None:
+        _audit(EVENT + "pending")  # only the hook can set or clear the flag (``pending`` is a read-only view)
 
     def initial(self, name: str):
         """The value a name the test assigns had before the test (module semantics; KeyError when none)."""
         return self.user_ns[name]
 
-    def export(self, names: dict) -> None:
-        """The test's variables into the notebook's namespace once it has ended, as nbgrader leaves them."""
-        self.user_ns.update({k: v for k, v in names.items() if not k.startswith("__course")})
+    def export(self, names: dict, own: tuple[str, ...] = ()) -> None:
+        """The test's variables into the notebook's namespace once it has ended, as nbgrader leaves them.
 
-    def run(self, function, show: bool):
+        A variable of the test's that the test deleted (``del``, the end of an ``except ... as``)
+        is gone from the namespace too, as at module level.
+        """
+        space = self.user_ns
+        space.update({k: v for k, v in names.items() if not k.startswith("__course")})
+        for name in own:
+            if name not in names:
+                space.pop(name, None)
+
+    def run(self, function, show: bool, _audit=sys.audit):
         """Run the test's function (out of the namespace first) and display its value as IPython would."""
         self.user_ns.pop(TEST_FUNCTION, None)
+        _audit(EVENT + "run", function.__code__)  # the hook trusts the functions of this code, and only them
         return self.display(function(self.helpers), show)
+
+    # -- what may run code the guard does not trust ---------------------------------------
+
+    def _settled_class(self, cls: type) -> bool:
+        """A class of C code (not a heap type) or one that existed before the notebook's first cell."""
+        return not cls.__flags__ & _HEAP_TYPE or id(cls) in self.genuine_classes
+
+    def _settled(self, owner: object) -> bool:
+        """Whether reading an attribute or item of ``owner`` runs only C code or code installed before the notebook."""
+        cls = type(owner)
+        if not self._settled_class(cls):
+            return False
+        if cls is types.ModuleType:
+            hook = vars(owner).get("__getattr__")  # a module's own attribute hook (PEP 562)
+            return hook is None or self._genuine_function(hook)
+        return not isinstance(owner, type) or self._settled_class(owner)
+
+    def _genuine_function(self, function: types.FunctionType) -> bool:
+        """A Python function whose code and globals existed before the notebook's first cell, closing over data."""
+        if (id(function.__code__), id(function.__globals__)) not in self.genuine:
+            return False
+        cells = tuple(_cell_contents(cell) for cell in function.__closure__ or ())
+        keywords = function.__kwdefaults__
+        return self._data((*(function.__defaults__ or ()), *cells), keywords.values() if keywords else ())
+
+    def _settled_instance(self, owner: object) -> bool:
+        """A class of installed code, or an instance of one (no ``__slots__``) whose own attributes are all data."""
+        cls = type(owner)
+        if isinstance(owner, type):
+            return self._settled_class(owner) and self._settled_class(cls)
+        if not self._settled_class(cls) or any("__slots__" in vars(klass) for klass in cls.__mro__):
+            return False
+        attributes = getattr(owner, "__dict__", None)
+        return type(attributes) is dict and self._data(attributes.values(), (), budget=200)
+
+    def _test_function(self, function: types.FunctionType) -> bool:
+        """A function the running test defined (its body is rewritten like the test's)."""
+        return id(function.__code__) in self.test_codes and function.__globals__ is self.user_ns
+
+    def _unsettled_call(self, function, args: tuple, kwargs: dict) -> bool:
+        """Whether calling ``function`` may run code the guard does not trust (or decides a grade)."""
+        kind = type(function)
+        if kind is types.MethodType:
+            owner, function = function.__self__, function.__func__
+            if not (self._data((owner,), ()) or self._settled_instance(owner)):
+                return True
+            kind = type(function)
+        if kind is types.FunctionType:
+            if id(function) in self.verdicts:
+                return True  # a check function: it decides grades, so everything is compared once it ran
+            if self._test_function(function):
+                return False
+            return not (self._genuine_function(function) and self._data(args, kwargs.values()))
+        if kind in _C_CALLABLES:
+            owner = getattr(function, "__self__", None)
+            if id(function) in self.denied or not self._settled_owner(function, owner, kind):
+                return True
+            return not self._data(args, kwargs.values())
+        if isinstance(function, type):
+            settled = self._settled_class(function) and self._settled_class(kind)
+            return not (settled and self._data(args, kwargs.values()))
+        return True
+
+    def _settled_owner(self, function, owner: object, kind: type) -> bool:
+        """Whether the object a C function is bound to runs no code of the submission's when it is used."""
+        if owner is None or (kind is types.BuiltinFunctionType and isinstance(owner, types.ModuleType)):
+            return True
+        if (type(owner), function.__name__) in _ELEMENT_FREE:
+            return True  # list.append and the like never look at the elements already there
+        return self._data((owner,), ()) or (isinstance(owner, type) and self._settled_class(owner))
+
+    def _data(self, values, more, budget: int = 2_000) -> bool:
+        """Whether every value is plain data (numbers, strings, tensors, arrays, containers of them), a class of
+        installed code or a function the test defined: nothing that runs code of the submission's when used."""
+        data = self.data
+        pending = [*values, *more]
+        while pending:
+            budget -= 1
+            if budget < 0:
+                return False
+            value = pending.pop()
+            kind = type(value)
+            if kind in data:
+                continue
+            if kind is list or kind is tuple or kind is set or kind is frozenset:
+                pending += value
+            elif kind is dict:
+                pending += value.keys()
+                pending += value.values()
+            elif kind.__name__ == "ndarray" and kind.__module__ == "numpy":
+                if value.dtype.hasobject:
+                    return False
+            elif isinstance(value, type):
+                if not (self._settled_class(value) and self._settled_class(kind)):
+                    return False
+            elif kind is not types.FunctionType or not self._test_function(value):
+                return False
+        return True
 
     def pin(self, names: tuple[str, ...], _audit=sys.audit) -> None:
         """The code, modules and classes the test reads from the namespace: nothing may rebind them while it runs."""
@@ -668,11 +848,11 @@ class _State:
             names = set(vars(klass))
             module_name = getattr(klass, "__module__", None) or ""
             module = sys.modules.get(module_name)
-            installed = _installed_file(getattr(module, "__file__", None), self.roots)
+            installed = self._installed(getattr(module, "__file__", None))
             defined_outside = module_name == "__main__" or not installed
             redefined = names & (self.tensor_api | self.protocol if is_tensor else self.protocol)
             if not defined_outside:
-                redefined = {n for n in redefined if any(not _installed_file(f, self.roots)
+                redefined = {n for n in redefined if any(not self._installed(f)
                                                          for f in _code_files(vars(klass)[n]))}  # fmt: skip
             if not redefined:
                 continue
@@ -689,6 +869,12 @@ class _State:
             elif redefined & self.compares:
                 versus_plain = versus_plain or f"an object whose class defines its own {shown}"
         return anywhere, versus_plain
+
+    def _installed(self, filename: object) -> bool:
+        """Whether a file is installed code: known at ``install`` (an immutable set), else asked of the disk."""
+        if not isinstance(filename, str):
+            return False
+        return filename in self.installed_files or _installed_file(filename, self.roots)
 
     def _problem(self, value: object, depth: int = 0) -> str | None:
         cls = type(value)
@@ -767,6 +953,46 @@ _OPERATORS = {
 }
 
 
+_HEAP_TYPE = 1 << 9  # Py_TPFLAGS_HEAPTYPE: a class made at run time (class statement, type()), not C's static one
+_NO_CODES: frozenset = frozenset()
+_PARTIAL = __import__("functools").partial
+_ELEMENT_FREE = frozenset(  # methods of C containers that never run code of the elements already in them
+    [(list, name) for name in ("append", "insert", "pop", "copy", "clear", "reverse", "extend", "__len__")]
+    + [(dict, name) for name in ("keys", "values", "items", "copy", "clear", "__len__")]
+    + [(set, name) for name in ("copy", "clear", "__len__")]
+)
+_C_CALLABLES = (
+    types.BuiltinFunctionType,
+    types.MethodWrapperType,
+    types.WrapperDescriptorType,
+    types.MethodDescriptorType,
+    types.ClassMethodDescriptorType,
+)
+
+
+def _genuine() -> tuple[frozenset, frozenset, tuple]:
+    """What code the kernel holds before the notebook's first cell: (code, globals) of every Python function
+    (and the code nested in it), every class; and the objects themselves, kept alive so no id is reused."""
+    import gc
+
+    pairs: set[tuple[int, int]] = set()
+    classes: set[int] = set()
+    kept: list[object] = []
+    for found in gc.get_objects():
+        if type(found) is types.FunctionType:
+            space, pending = found.__globals__, [found.__code__]
+            while pending:
+                code = pending.pop()
+                if (id(code), id(space)) not in pairs:
+                    pairs.add((id(code), id(space)))
+                    kept += (code, space)
+                    pending += [c for c in code.co_consts if type(c) is types.CodeType]
+        elif issubclass(type(found), type):  # not isinstance: an object's __class__ may be a property
+            classes.add(id(found))
+            kept.append(found)
+    return frozenset(pairs), frozenset(classes), tuple(kept)
+
+
 def _core(state: _State) -> tuple:
     """The records the audit hook compares itself, before it trusts this module's functions to compare the rest."""
     import builtins
@@ -819,6 +1045,57 @@ def _changed(records, roots: tuple[str, ...], cache: dict) -> list[str]:
         if bad:
             changed.append(label)
     return list(dict.fromkeys(changed))
+
+
+def _grouped(records) -> tuple[tuple, tuple, tuple]:
+    """The item records of real dictionaries and class namespaces, by the type of their dictionary, as
+    (that type's ``get``, dictionaries, keys, expected values, labels); the other records; and the
+    snapshots, as (container, keys, values, record) for a dict and (container, items, record) otherwise."""
+    groups: dict[type, tuple[list, list, list, list]] = {}
+    rest = []
+    snaps = []
+    for record in records:
+        kind, target, key, expected, label = record
+        if kind == _SNAP:
+            columns = tuple(zip(*expected, strict=True)) if isinstance(target, dict) else (expected,)
+            snaps.append((target, *(columns or ((), ())), record))
+            continue
+        if kind != _ITEM or type(target) not in (dict, types.MappingProxyType):
+            rest.append(record)
+            continue
+        group = groups.setdefault(type(target), ([], [], [], []))
+        for column, value in zip(group, (target, key, expected, label), strict=True):
+            column.append(value)
+    return tuple((kind.get, *map(tuple, group)) for kind, group in groups.items()), tuple(rest), tuple(snaps)
+
+
+def _items_changed(groups: tuple) -> list[str]:
+    """The labels of the item records that no longer hold: one pass of C code per kind of dictionary, identity
+    only (an object's own ``__eq__`` is never asked)."""
+    import itertools
+    import operator
+
+    changed = []
+    for get, targets, keys, expected, labels in groups:
+        if not all(map(operator.is_, map(get, targets, keys, itertools.repeat(_MISSING)), expected)):
+            changed += [label for target, key, value, label in zip(targets, keys, expected, labels, strict=True)
+                        if get(target, key, _MISSING) is not value]  # fmt: skip
+    return changed
+
+
+def _snaps_changed(snaps: tuple) -> list[str]:
+    """The labels of the snapshots that no longer hold: the same objects in the same order, compared by identity
+    in C first; only a container that fails that is compared as ``_changed`` does (keys by equality)."""
+    import operator
+
+    changed = []
+    for target, *columns, record in snaps:
+        same = len(target) == len(columns[0]) and all(map(operator.is_, target, columns[0]))
+        if same and len(columns) == 2:
+            same = all(map(operator.is_, target.values(), columns[1]))
+        if not same and not _same_contents(target, record[3]):
+            changed.append(record[4])
+    return changed
 
 
 def _untrusted_additions(owner, key, baseline: tuple, roots, cache) -> bool:
@@ -936,7 +1213,11 @@ def _vault(state: _State, token: str | None, planted: list[str]):
     here = vars(sys.modules[__name__])
     size = length(here)
     core, records = state.core, state.records
-    light = tuple(record for record in records if record[0] != _ADDED)  # after each call: not IPython's tables
+    full_items, full_rest, full_snaps = _grouped(records)
+    light_items, light_rest, light_snaps = _grouped(tuple(r for r in records if r[0] != _ADDED))  # not IPython's
+    items_changed, snaps_changed, no_codes, code_type = _items_changed, _snaps_changed, _NO_CODES, types.CodeType
+    flags = {"verify": False}  # read by the helpers through ``state.pending``, written here alone
+    state.pending = types.MappingProxyType(flags)
     slots = tuple((name, get(state, name)) for name in _State.__slots__ if name not in _State._MUTABLE)
     protected = {id(f): state.labels.get(id(f), f.__qualname__) for f in state.functions}
     helpers = state.helpers
@@ -948,7 +1229,7 @@ def _vault(state: _State, token: str | None, planted: list[str]):
     frame_attributes, function_attributes = _FRAME_ATTRIBUTES, _FUNCTION_ATTRIBUTES
     refused: list[str] = list(planted)  # what the hook refused, reported by every verdict from then on
     phase = ["idle"]  # idle -> armed (after check) -> test (the test cell compiled) -> idle (after close)
-    test = {"file": None, "pins": [], "hidden": ()}
+    test = {"file": None, "pins": [], "hidden": (), "codes": None}
     owner = [None]  # the thread inside the hook: its own nested events are ignored
 
     def answer(kind: str, index: int) -> str:
@@ -964,13 +1245,17 @@ def _vault(state: _State, token: str | None, planted: list[str]):
         for name, value in slots:
             if get(state, name, missing) is not value:
                 return [f"the grader's state ({name})"]
+        if get(state, "test_codes", missing) is not (test["codes"] or no_codes):
+            return ["the grader's state (test_codes)"]
         return []
 
     def verify(full: bool) -> list[str]:
         labels = core_changed()
         if labels:  # this module's own functions cannot be trusted to compare the rest
             return [f"changed {', '.join(labels)}", *refused]
-        labels = changed((records if full else light) + tuple(test["pins"]), roots, cache)
+        labels = items_changed(full_items if full else light_items) + snaps_changed(full_snaps if full else light_snaps)
+        labels += changed((full_rest if full else light_rest), roots, cache) + changed(test["pins"], roots, cache)
+        labels = list(dict.fromkeys(labels))
         problems = [f"changed {', '.join(labels)}"] if labels else []
         if full:
             problems += problems_of(state, roots, cache)
@@ -1042,10 +1327,24 @@ def _vault(state: _State, token: str | None, planted: list[str]):
                 found = space.get(name, missing)
                 if isinstance(found, module_type | function_type | builtin_type | type):
                     test["pins"].append((item, space, name, found, f"the name {name!r}"))
+        elif event == prefix + "run":
+            if phase[0] != "test" or test["codes"] is not None or not isinstance(args[0], code_type):
+                refused.append("drove the grader's test-cell protocol itself")
+                return
+            codes, pending = [], [args[0]]
+            while pending:
+                code = pending.pop()
+                codes.append(code)
+                pending += [c for c in code.co_consts if isinstance(c, code_type)]
+            test["keep"] = codes  # alive while the test runs: no id is reused
+            test["codes"] = state.test_codes = frozenset(id(code) for code in codes)
         elif event == prefix + "verify":
             if phase[0] != "test":
                 refused.append("called the grader's in-test check itself, outside a test")
+            flags["verify"] = False
             args[0].append(verify(full=False))
+        elif event == prefix + "pending":
+            flags["verify"] = True
         elif event == prefix + "close":
             index, box = args
             if phase[0] != "test" or not requested(closing_source(index)):
@@ -1053,6 +1352,8 @@ def _vault(state: _State, token: str | None, planted: list[str]):
             problems = verify(full=True)
             cleanup()
             phase[0], test["file"], test["pins"], state.armed = "idle", None, [], None
+            flags["verify"] = False
+            test["codes"], test["keep"], state.test_codes = None, None, no_codes
             box.append(problems or answer("close", index))
 
     def hook(event: str, args: tuple) -> None:
@@ -1186,15 +1487,19 @@ def _scrub_execution_record(shell, hidden: tuple[int, ...]) -> None:
             setattr(info, attr, _blank(getattr(info, attr), set(hidden)))
 
 
-def _helper(local: bool, index: int, node: ast.AST, *args: ast.expr) -> ast.Call:
+def _helper(local: bool, index: int, node: ast.AST, *args: ast.expr, keywords: list | None = None) -> ast.Call:
     """``__course_g__[index](*args)`` (inside the test's function) or ``__course_grading__[index](*args)``."""
     tuple_ = ast.Name(id=LOCAL if local else HELPERS, ctx=ast.Load())
     func = ast.Subscript(value=tuple_, slice=ast.Constant(index), ctx=ast.Load())
-    return ast.copy_location(ast.Call(func=func, args=list(args), keywords=[]), node)
+    return ast.copy_location(ast.Call(func=func, args=list(args), keywords=keywords or []), node)
+
+
+# builtins that act on the frame that calls them: called by the test itself, then everything is compared
+_FRAME_BUILTINS = frozenset({"super", "locals", "globals", "vars", "dir", "eval", "exec", "breakpoint"})
 
 
 class _Rewriter(ast.NodeTransformer):
-    """Routes every value a test reads, every call's result, assert and comparison through the helpers."""
+    """Routes every value a test reads, every call, attribute, item, assert and comparison through the helpers."""
 
     def __init__(self, local: bool):
         self.local = local
@@ -1208,16 +1513,28 @@ class _Rewriter(ast.NodeTransformer):
         return node
 
     def visit_Call(self, node: ast.Call):
+        frame = isinstance(node.func, ast.Name) and node.func.id in _FRAME_BUILTINS
         self.generic_visit(node)
-        return self._wrap(RETURNED, node)
+        if frame:  # ``super()``, ``locals()``, ``eval(...)`` must run in the test's own frame
+            return self._wrap(RETURNED, node)
+        ready = _helper(self.local, CALL, node, node.func, *node.args, keywords=node.keywords)
+        return self._wrap(AFTER, node, ast.copy_location(ast.Call(func=ready, args=[], keywords=[]), node))
 
     def visit_Attribute(self, node: ast.Attribute):
         self.generic_visit(node)
-        return self._wrap(VALUE, node) if isinstance(node.ctx, ast.Load) else node
+        if not isinstance(node.ctx, ast.Load):
+            return node
+        node.value = self._wrap(MARK, node.value, node.value)
+        return self._wrap(AFTER, node)
 
     def visit_Subscript(self, node: ast.Subscript):
         self.generic_visit(node)
-        return self._wrap(VALUE, node) if isinstance(node.ctx, ast.Load) else node
+        if not isinstance(node.ctx, ast.Load):
+            return node
+        node.value = self._wrap(MARK, node.value, node.value)
+        if not isinstance(node.slice, ast.Slice):
+            node.slice = self._wrap(KEY, node.slice, node.slice)
+        return self._wrap(AFTER, node)
 
     def visit_Compare(self, node: ast.Compare):
         self.generic_visit(node)
@@ -1233,14 +1550,14 @@ class _Rewriter(ast.NodeTransformer):
 
 
 class _TopLevel(ast.NodeVisitor):
-    """Finds what a function body cannot hold: top-level await, yield, return, global, ``import *``."""
+    """Finds what a function body cannot hold: top-level await, yield, return, nonlocal, ``import *``."""
 
     def __init__(self):
         self.blocked = False
 
     def generic_visit(self, node):
         if isinstance(node, ast.Await | ast.AsyncFor | ast.AsyncWith | ast.Yield | ast.YieldFrom | ast.Return
-                      | ast.Global | ast.Nonlocal):  # fmt: skip
+                      | ast.Nonlocal):  # fmt: skip
             self.blocked = True
         if isinstance(node, ast.ImportFrom) and any(alias.name == "*" for alias in node.names):
             self.blocked = True
@@ -1252,24 +1569,158 @@ class _TopLevel(ast.NodeVisitor):
             self.visit(statement)
 
 
-def _scopes(body: list[ast.stmt]) -> tuple[list[str], list[str]]:
-    """(names the test assigns, names it reads from the namespace), as Python would scope them in a function."""
+class _FirstUse(ast.NodeVisitor):
+    """How the test's own scope first uses each name, in the order Python evaluates it: load, store or del.
+
+    Nested scopes (function, lambda and class bodies, comprehensions past their first iterable)
+    are not the test's own, except for what they evaluate where they are defined (decorators,
+    defaults, bases) and the targets of ``:=``, which bind in the test's scope.
+    """
+
+    def __init__(self):
+        self.first: dict[str, str] = {}
+
+    def use(self, name: str, how: str) -> None:
+        self.first.setdefault(name, how)
+
+    def visit_Name(self, node: ast.Name):
+        self.use(node.id, {ast.Load: "load", ast.Store: "store", ast.Del: "del"}[type(node.ctx)])
+
+    def visit_Assign(self, node: ast.Assign):
+        self.visit(node.value)
+        for target in node.targets:
+            self.visit(target)
+
+    def visit_AugAssign(self, node: ast.AugAssign):
+        if isinstance(node.target, ast.Name):
+            self.use(node.target.id, "load")  # ``x += 1`` reads x first
+        else:
+            self.visit(node.target)
+        self.visit(node.value)
+
+    def visit_AnnAssign(self, node: ast.AnnAssign):
+        if node.value is not None:
+            self.visit(node.value)
+            self.visit(node.target)
+
+    def visit_NamedExpr(self, node: ast.NamedExpr):
+        self.visit(node.value)
+        self.visit(node.target)
+
+    def visit_For(self, node: ast.For | ast.AsyncFor):
+        self.visit(node.iter)
+        self.visit(node.target)
+        for statement in (*node.body, *node.orelse):
+            self.visit(statement)
+
+    visit_AsyncFor = visit_For
+
+    def _definition(self, node, name: str | None) -> None:
+        for part in (*getattr(node, "decorator_list", ()), *getattr(node, "bases", ())):
+            self.visit(part)
+        for keyword in getattr(node, "keywords", ()):
+            self.visit(keyword.value)
+        arguments = getattr(node, "args", None)
+        if isinstance(arguments, ast.arguments):
+            for default in (*arguments.defaults, *[d for d in arguments.kw_defaults if d is not None]):
+                self.visit(default)
+        if isinstance(node, ast.ListComp | ast.SetComp | ast.DictComp | ast.GeneratorExp):
+            for inner in ast.walk(node):  # ``:=`` in a comprehension binds in the test's scope
+                if isinstance(inner, ast.NamedExpr):
+                    self.visit(inner.target)
+        if name is not None:
+            self.use(name, "store")
+
+    def visit_FunctionDef(self, node):
+        self._definition(node, node.name)
+
+    visit_AsyncFunctionDef = visit_ClassDef = visit_FunctionDef
+
+    def visit_Lambda(self, node: ast.Lambda):
+        self._definition(node, None)
+
+    def _comprehension(self, node):
+        self.visit(node.generators[0].iter)
+        self._definition(node, None)
+
+    visit_ListComp = visit_SetComp = visit_DictComp = visit_GeneratorExp = _comprehension
+
+    def visit_Import(self, node: ast.Import | ast.ImportFrom):
+        for alias in node.names:
+            self.use(alias.asname or alias.name.split(".")[0], "store")
+
+    visit_ImportFrom = visit_Import
+
+    def visit_ExceptHandler(self, node: ast.ExceptHandler):
+        if node.type is not None:
+            self.visit(node.type)
+        if node.name:
+            self.use(node.name, "store")
+        for statement in node.body:
+            self.visit(statement)
+
+    def visit_MatchAs(self, node):
+        if node.pattern is not None:
+            self.visit(node.pattern)
+        if node.name:
+            self.use(node.name, "store")
+
+    def visit_MatchStar(self, node):
+        if node.name:
+            self.use(node.name, "store")
+
+    def visit_MatchMapping(self, node):
+        self.generic_visit(node)
+        if node.rest:
+            self.use(node.rest, "store")
+
+    def visit_Global(self, node: ast.Global):
+        pass
+
+
+def _function(body: list[ast.stmt], params: list[str]) -> ast.FunctionDef:
+    """``def __course_test__(params): body``."""
+    arguments = ast.arguments(
+        posonlyargs=[], args=[ast.arg(arg=p) for p in params], kwonlyargs=[], kw_defaults=[], defaults=[]
+    )
+    return ast.FunctionDef(
+        name=TEST_FUNCTION, args=arguments, body=body or [ast.Pass()], decorator_list=[], returns=None, type_params=[]
+    )
+
+
+def _scopes(body: list[ast.stmt]) -> tuple[list[str], list[str], list[str]]:
+    """(the test's own variables, the notebook's names it binds or deletes, the names it only reads).
+
+    Module semantics where the test relies on the notebook: a name the cell declares ``global``
+    (anywhere in it), or whose first use in its own scope reads or deletes it (``orig = squares;
+    del squares``), is the notebook's: the test acts on the namespace at once. A name the test
+    binds first is its own variable until the test ends, so code under test cannot read it.
+    """
     import symtable
 
-    function = ast.FunctionDef(
-        name=TEST_FUNCTION, args=ast.arguments(posonlyargs=[], args=[], kwonlyargs=[], kw_defaults=[], defaults=[]),
-        body=body or [ast.Pass()], decorator_list=[], returns=None, type_params=[],
-    )  # fmt: skip
-    source = ast.unparse(ast.fix_missing_locations(ast.Module(body=[function], type_ignores=[])))
+    declared = {name for node in ast.walk(ast.Module(body=body, type_ignores=[])) if isinstance(node, ast.Global)
+                for name in node.names}  # fmt: skip
+    finder = _FirstUse()
+    for statement in body:
+        finder.visit(statement)
+    source = ast.unparse(ast.fix_missing_locations(ast.Module(body=[_function(body, [])], type_ignores=[])))
     table = symtable.symtable(source, "<test>", "exec").get_children()[0]
-    assigned = sorted(table.get_locals())
+    bound = {s.get_name() for s in table.get_symbols() if s.is_assigned() or s.is_imported() or s.is_local()}
+    notebook = {n for n in bound if n in declared or finder.first.get(n, "store") != "store"}
+    own = bound - notebook
+    written: set[str] = set(notebook)
     read: set[str] = set()
     pending = [table]
     while pending:
-        table = pending.pop()
-        read |= {s.get_name() for s in table.get_symbols() if s.is_global() and s.is_referenced()}
-        pending += table.get_children()
-    return assigned, sorted(read - set(assigned))
+        scope = pending.pop()
+        for symbol in scope.get_symbols():
+            if symbol.is_global() and symbol.is_assigned():
+                written.add(symbol.get_name())
+            elif symbol.is_global() and symbol.is_referenced():
+                read.add(symbol.get_name())
+        pending += scope.get_children()
+    skip = {n for n in bound if n.startswith("__course")}
+    return sorted(own - skip), sorted(notebook - skip), sorted(read - written - own)
 
 
 def _rewrite(tree: ast.Module, show: bool) -> ast.Module:
@@ -1286,28 +1737,21 @@ def _rewrite(tree: ast.Module, show: bool) -> ast.Module:
                 ast.Expr(_helper(False, DISPLAY, end, end.value, ast.Constant(show))), end
             )
         return ast.fix_missing_locations(tree)
-    assigned, read = _scopes(body)
+    own, notebook, read = _scopes(body)
+    body = [ast.copy_location(ast.Pass(), s) if isinstance(s, ast.Global) else s for s in body]  # declared below
     statements = [_Rewriter(local=True).visit(statement) for statement in body]
     if last is not None:
         end = statements[-1]
         statements[-1] = ast.copy_location(
             ast.Assign(targets=[ast.Name(id=RESULT, ctx=ast.Store())], value=end.value), end
         )
-    prologue: list[ast.stmt] = []
-    for name in assigned:
-        if name.startswith("__course"):
-            continue
+    prologue: list[ast.stmt] = [ast.Global(names=notebook)] if notebook else []
+    for name in own:
         prologue += ast.parse(f"try:\n    {name} = {LOCAL}[{INITIAL}]({name!r})\nexcept KeyError:\n    pass").body
     prologue += ast.parse(f"{LOCAL}[{PIN}]({tuple(read)!r})").body
-    export = ast.parse(f"{LOCAL}[{EXPORT}]({LOCAL}[{LOCALS}]())").body
-    function = ast.FunctionDef(
-        name=TEST_FUNCTION,
-        args=ast.arguments(posonlyargs=[], args=[ast.arg(arg=LOCAL)], kwonlyargs=[], kw_defaults=[], defaults=[]),
-        body=[*prologue, ast.Try(body=statements or [ast.Pass()], handlers=[], orelse=[], finalbody=export)],
-        decorator_list=[],
-        returns=None,
-        type_params=[],
-    )
+    export = ast.parse(f"{LOCAL}[{EXPORT}]({LOCAL}[{LOCALS}](), {tuple(own)!r})").body
+    function = _function([*prologue, ast.Try(body=statements or [ast.Pass()], handlers=[], orelse=[],
+                                             finalbody=export)], [LOCAL])  # fmt: skip
     if last is not None:
         function.body.append(ast.Return(value=ast.Name(id=RESULT, ctx=ast.Load())))
     call = ast.parse(f"{HELPERS}[{RUN}]({TEST_FUNCTION}, {show and last is not None!r})").body

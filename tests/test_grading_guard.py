@@ -297,3 +297,90 @@ def test_replacing_the_code_of_the_grader_itself_is_refused(peeked):
     error = next(o for o in nb.cells[7].outputs if o["output_type"] == "error")
     assert "tried to replace the __code__ of the grader's check" in error["evalue"], error
     assert any(note.startswith("Before `after_the_swap`") for note in notes), notes
+
+
+# ---------------------------------------------------------------------------------------
+# a test cell keeps the meaning Python gives it (one kernel, no torch), compared with plain IPython
+
+MODULE_SEMANTICS = [
+    (None, "def squares(n):\n    return [i * i for i in range(1, n + 1)]\n\n\ndef sum_of_squares(n):\n"
+           "    return sum(squares(n))\n\n\ncount, x, expected = 0, 1, 'the notebook\\'s'\n\n\n"
+           "def peek():\n    return expected"),
+    ("uses_squares", "orig = squares\ndel squares\ntry:\n    sum_of_squares(1)\nexcept NameError:\n    pass\nelse:\n"
+                     "    raise AssertionError('sum_of_squares does not use squares')\nfinally:\n    squares = orig\n"
+                     "assert sum_of_squares(3) == 14\n0.5"),
+    (None, "print(squares(2), orig is squares)"),
+    ("global_statements", "global count\ncount = 5\n\n\ndef bump():\n    global x\n    x = 2\n\n\nbump()\ny = 7\n"
+                          "assert (count, x) == (5, 2)\ncount"),
+    (None, "print(count, x, y)"),
+    ("augmented_and_deleted", "count += 1\nz = 3\ndel z\nassert count == 6\ncount / 12"),
+    (None, "print(count, 'z' in globals())"),
+    ("rebound_for_the_code_under_test", "saved = squares\nsquares = lambda n: [0] * n\nresult = sum_of_squares(3)\n"
+                                        "squares = saved\nresult"),
+    (None, "print(result, saved is squares)"),
+    ("own_variable", "expected = 'the test\\'s'\nseen = peek()\nseen"),
+    (None, "print(expected, seen)"),
+]
+
+
+def _shown(outputs: list) -> list[str]:
+    """What a cell printed and displayed, as text."""
+    shown = []
+    for output in outputs:
+        if output["output_type"] == "stream":
+            shown.append(output["text"])
+        elif output["output_type"] == "execute_result":
+            shown.append(output["data"]["text/plain"] + "\n")
+        elif output["output_type"] == "error":
+            shown.append(f"{output['ename']}: {output['evalue']}\n")
+    return shown
+
+
+def _plain_ipython(sources: list[str]) -> list[list[str]]:
+    """The same cells in a plain IPython shell, in this process (no grader): what each printed and displayed."""
+    import contextlib
+    import io
+
+    from IPython.core.interactiveshell import InteractiveShell
+
+    shell = InteractiveShell()
+    shown = []
+    for source in sources:
+        printed = io.StringIO()
+        with contextlib.redirect_stdout(printed):
+            result = shell.run_cell(source, store_history=False)
+        text = "".join(line for line in printed.getvalue().splitlines(True) if not line.startswith("Out["))
+        cell = [text] if text else []  # the value itself from the result, as the kernel sends it
+        if result.error_in_exec is not None:
+            cell.append(f"{type(result.error_in_exec).__name__}: {result.error_in_exec}\n")
+        elif result.result is not None:
+            cell.append(repr(result.result) + "\n")
+        shown.append(cell)
+    return shown
+
+
+@pytest.fixture(scope="module")
+def module_semantics():
+    cells = [new_code_cell(source, metadata=_meta(name) if name else {}) for name, source in MODULE_SEMANTICS]
+    job = {"nb": with_grader_cells(new_notebook(cells=cells)), "files": None}
+    [(_, result)] = list(WorkerPool(1, detect(), Limits(cell_timeout=60), []).run([("nb", job)]))
+    assert "nb" in result, result
+    nb = without_grader_cells(nbformat.from_dict(result["nb"]), [])
+    return [_shown(cell.outputs) for cell in nb.cells if cell.cell_type == "code"], result["notes"]
+
+
+def test_test_cells_keep_module_semantics_del_global_and_their_value(module_semantics):
+    """``del`` and ``global`` act on the notebook, names stay for later cells, the value is partial credit."""
+    guarded, notes = module_semantics
+    plain = _plain_ipython([source for _, source in MODULE_SEMANTICS])
+    assert guarded[:9] == plain[:9], (guarded, plain, notes)
+    assert plain[1] == ["0.5\n"] and plain[3] == ["5\n"] and plain[7] == ["0\n"]  # what plain Python gives
+
+
+def test_a_variable_the_test_binds_first_stays_its_own_while_it_runs(module_semantics):
+    """The one deliberate difference: code under test reads the notebook's ``expected``, not the test's."""
+    guarded, _ = module_semantics
+    plain = _plain_ipython([source for _, source in MODULE_SEMANTICS])
+    assert plain[9] == ['"the test\'s"\n'] and guarded[9] == ['"the notebook\'s"\n'], guarded[9]
+    assert plain[10] == ["the test's the test's\n"]
+    assert guarded[10] == ["the test's the notebook's\n"], guarded[10]  # `expected` left in the namespace at the end
