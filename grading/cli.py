@@ -1,4 +1,4 @@
-"""The ``course`` command: release, collect, autograde, hand-grading, feedback, export, validate, cluster-certs.
+"""The ``course`` command: release, collect, autograde, hand-grading, extend, feedback, export, validate, cluster-certs.
 
 Each subcommand is one step of the instructor's workflow on an nbgrader course directory:
 ``--course DIR``, else the current directory when it holds an ``nbgrader_config.py``, else
@@ -124,14 +124,51 @@ def _parser() -> argparse.ArgumentParser:
     autograde.add_argument("--no-progress", action="store_true")
     _add_limits(autograde)
 
-    feedback = steps.add_parser("feedback", help="HTML feedback per student (manual grades included)")
-    feedback.add_argument("--assignment", action="append")
-    feedback.add_argument("--student", action="append")
-    feedback.add_argument("--hide-hidden-tests", action="store_true", help="leave hidden tests' code out")
+    feedback = steps.add_parser(
+        "feedback", help="HTML feedback per student (manual grades included; hidden tests hidden)"
+    )
+    feedback.add_argument("--assignment", action="append", help="only this assignment (repeatable)")
+    feedback.add_argument("--student", action="append", help="only this student (repeatable)")
+    shown = feedback.add_mutually_exclusive_group()
+    shown.add_argument(
+        "--show-hidden-tests", action="store_true", help="show hidden tests' code in full (they are hidden by default)"
+    )
+    shown.add_argument(
+        "--hide-hidden-tests", action="store_true", help="the default: leave hidden tests' code out (kept for scripts)"
+    )
+    feedback.add_argument(
+        "--include-ungraded",
+        action="store_true",
+        help="also give feedback on submissions still waiting for hand grading (their scores are incomplete)",
+    )
 
-    export = steps.add_parser("export", help="grades as CSV; with --roster also a Canvas gradebook import file")
+    export = steps.add_parser(
+        "export", help="grades of the assignments graded so far as CSV; with --roster or --lms an LMS import file"
+    )
     export.add_argument("--roster", type=Path, help="a CSV of the class, e.g. Canvas's gradebook export")
     export.add_argument("--match-column", default="SIS Login ID", help="roster column holding the student ids")
+    export.add_argument(
+        "--assignment", action="append", help="only this assignment (repeatable; default: every one graded so far)"
+    )
+    export.add_argument(
+        "--lms",
+        choices=["canvas", "moodle"],
+        help="the import file to write: canvas.csv (needs --roster; the default with one) or moodle.csv",
+    )
+
+    extend = steps.add_parser(
+        "extend",
+        help="give learners more time for an assignment (nbgrader's extensions, which its late penalty reads)",
+        description="extend ASSIGNMENT STUDENT... (--days N | --hours N | --until WHEN | --remove), or --list",
+    )
+    extend.add_argument("assignment", nargs="?", help="the assignment (with --list: only its extensions)")
+    extend.add_argument("students", nargs="*", metavar="student", help="the learners' ids, as in submitted/")
+    length = extend.add_mutually_exclusive_group()
+    length.add_argument("--days", type=float, help="this many days after the assignment's due date")
+    length.add_argument("--hours", type=float, help="this many hours after the assignment's due date")
+    length.add_argument("--until", help="the learners' new due date, e.g. '2026-02-03 17:00:00 UTC'")
+    length.add_argument("--remove", action="store_true", help="take their extensions away")
+    length.add_argument("--list", action="store_true", help="list the extensions in force")
 
     hand = steps.add_parser(
         "hand-grading", help="grade written answers from files: export what needs a person, import the scores"
@@ -272,7 +309,29 @@ def _autograde(course, args) -> int:
 def _feedback(course, args) -> int:
     from grading.feedback import feedback
 
-    files = feedback(course, args.assignment, students=args.student, hide_hidden_tests=args.hide_hidden_tests)
+    hide = not args.show_hidden_tests
+    files = feedback(
+        course, args.assignment, students=args.student, hide_hidden_tests=hide, include_ungraded=args.include_ungraded
+    )
+    if files.waiting:
+        who = ", ".join(f"{_untrusted(s)} ({_untrusted(a)})" for s, a in files.waiting)
+        count = counted(len(files.waiting), "submission")
+        if args.include_ungraded:
+            print(f"warning: {count} still waiting for hand grading, given feedback anyway (their scores count "
+                  f"only what is graded so far): {who}")  # fmt: skip
+        else:
+            print(
+                f"left out: {count} still waiting for hand grading: {who}; grade them with `course hand-grading "
+                "export` and `import`, or in the formgrader, then run `course feedback` again "
+                "(--include-ungraded gives feedback now)"
+            )
+    if hide:
+        print(
+            "hidden tests are hidden: each hidden-test region shows as one comment line "
+            "(--show-hidden-tests shows them)"
+        )
+    else:
+        print("warning: hidden tests are shown in full: every learner who gets these pages can read them")
     print(f"{counted(len(files), 'feedback file')} in {course.feedback}")
     return 0
 
@@ -280,11 +339,52 @@ def _feedback(course, args) -> int:
 def _export(course, args) -> int:
     from grading.export import export
 
-    result = export(course, roster=args.roster, match_column=args.match_column)
+    result = export(
+        course, roster=args.roster, match_column=args.match_column, assignments=args.assignment, lms=args.lms
+    )
+    if result.left_out:
+        names = ", ".join(_untrusted(a) for a in result.left_out)
+        print(f"left out (released, nothing graded yet): {names}")
     for path in result.files:
         print(f"wrote {path}")
     for warning in result.warnings:
         print(f"warning: {_untrusted(warning)}")
+    return 0
+
+
+def _extend(course, args) -> int:
+    from grading.extensions import extensions, grant, remove
+
+    if args.list:
+        if args.students:
+            raise CourseError("--list takes an assignment at most, no students")
+        found = extensions(course, args.assignment)
+        for extension in found:
+            graded = "" if extension.graded else " (not graded yet)"
+            print(_untrusted(extension.line()) + graded)
+        print(f"{counted(len(found), 'extension')} in force" if found else "no extensions")
+        return 0
+    if not args.assignment or not args.students:
+        raise CourseError("name the assignment and at least one student: course extend ASSIGNMENT STUDENT... --days N")
+    if args.remove:
+        done = remove(course, args.assignment, args.students)
+    elif args.days is None and args.hours is None and args.until is None:
+        raise CourseError("say how long: --days N, --hours N, --until 'YYYY-MM-DD HH:MM:SS TZ', or --remove")
+    else:
+        done = grant(course, args.assignment, args.students, days=args.days, hours=args.hours, until=args.until)
+    for extension in done:
+        print(_untrusted(extension.line()))
+    new = [e.student for e in done if e.new_student]
+    if new:
+        print(f"note: not in the gradebook before (no submission graded yet), added: {_untrusted(', '.join(new))}; "
+              "check the ids against submitted/ and the roster")  # fmt: skip
+    again = [e.student for e in done if e.graded]
+    if again:
+        who = " ".join(f"--student {_untrusted(s)}" for s in again)
+        print(
+            f"already graded: their late penalty changes when graded again: "
+            f"course autograde --force --assignment {_untrusted(args.assignment)} {who}"
+        )
     return 0
 
 
@@ -318,6 +418,7 @@ _STEPS = {
     "feedback": _feedback,
     "export": _export,
     "validate": _validate,
+    "extend": _extend,
     "hand-grading": _hand_grading,
     "cluster-certs": _cluster_certs,
 }

@@ -23,7 +23,7 @@ def test_help_lists_every_step(capsys):
     with pytest.raises(SystemExit):
         main(["--help"])
     out = capsys.readouterr().out
-    for step in ("release", "collect", "autograde", "feedback", "export", "validate"):
+    for step in ("release", "collect", "autograde", "hand-grading", "extend", "feedback", "export", "validate"):
         assert step in out
 
 
