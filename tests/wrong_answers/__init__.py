@@ -5,8 +5,8 @@ or data it asks about, as in notebook 11), an answer (the notebook's solution by
 the exercise's test cell in a fresh namespace. ``hidden=False`` runs only the visible part of
 the test cell: what a learner's Validate runs.
 
-Each ``nbNN.py`` module of this package adds cases for notebook NN in a list named ``WRONG``;
-``tests/test_wrong_answers.py`` runs them with its own.
+Each ``nbNN.py`` module of this package holds every case for notebook NN, in a list named
+``WRONG``; ``tests/test_wrong_answers.py`` runs them all and keeps none of its own.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Notebook 01 (tensors on the GPU): wrong answers of the issue 22/23 review, each caught by the visible tests."""
+"""Notebook 01 (tensors on the GPU): every wrong answer, caught by the visible tests unless hidden (exercise 4)."""
 
 from __future__ import annotations
 
@@ -8,8 +8,11 @@ FLOPS = "def matmul_flops(m, n, k):\n"
 TIMER = "def time_per_call(fn, sync, repeats, clock=time.perf_counter):\n"
 CHOOSE = "def choose_device_type(cuda_available, mps_available):\n"
 CALL_ORDER = r"the order of calls should be"
-# Exercise 4's visible test says whether the set is right, and names no line number.
-NOT_THE_SYNC_SET = r"^SYNC_LINES is not yet the set of lines that make the CPU wait for the GPU: [^0-9]*section 4$"
+# Exercise 4's visible test settles lines 3, 9 and 11 only; the hidden tests name one wrong line of the others.
+NOT_THE_SYNC_SET = r"^SYNC_LINES has \d+ wrong lines?"
+LINE_3 = r"^line 3 \(`total = y\.sum\(\)`\) only queues a reduction"
+LINE_9 = r"^line 9 reads `w\.shape`"
+LINE_11 = r"^line 11 calls `\.item\(\)`"
 
 TIMER_ONE_CALL_TOO_MANY = (
     TIMER
@@ -46,6 +49,10 @@ TIMER_ALL_CALLS_TIMED = (
     + "    sync()\n"
     + "    return (clock() - start) / repeats\n"
 )
+
+# Moved from tests/test_wrong_answers.py (the earlier review lists).
+TIMED_LOOP = "    for _ in range(repeats): fn()\n"
+
 
 WRONG = [
     Wrong(
@@ -95,9 +102,7 @@ WRONG = [
         r"choose_device_type\((True|False), (True|False)\) should be '(cuda|mps|cpu)'",
         False,
     ),
-    Wrong(
-        "01", "ex4_sync_lines", "counts reading the shape", "SYNC_LINES = {4, 5, 7, 9, 10, 11}", NOT_THE_SYNC_SET, False
-    ),
+    Wrong("01", "ex4_sync_lines", "counts reading the shape", "SYNC_LINES = {4, 5, 7, 9, 10, 11}", LINE_9, False),
     Wrong(
         "01",
         "ex3_choose_device",
@@ -106,8 +111,99 @@ WRONG = [
         r"choose_device_type\(False, False\) should be a str, got NoneType",
         False,
     ),
-    Wrong("01", "ex4_sync_lines", "misses the Python if", "SYNC_LINES = {4, 5, 10, 11}", NOT_THE_SYNC_SET, False),
+    Wrong("01", "ex4_sync_lines", "misses the Python if", "SYNC_LINES = {4, 5, 10, 11}", NOT_THE_SYNC_SET, True),
     Wrong(
-        "01", "ex4_sync_lines", "counts the queued matmul", "SYNC_LINES = {2, 4, 5, 7, 10, 11}", NOT_THE_SYNC_SET, False
+        "01", "ex4_sync_lines", "counts the queued matmul", "SYNC_LINES = {2, 4, 5, 7, 10, 11}", NOT_THE_SYNC_SET, True
     ),
+    Wrong("01", "ex1_matmul_flops", "one FLOP per multiply-add", FLOPS + "    return m * n * k", "2, got 1", False),
+    Wrong("01", "ex1_matmul_flops", "counts the outputs", FLOPS + "    return 2 * m * n", "48, got 12", False),
+    Wrong("01", "ex1_matmul_flops", "returns a float", FLOPS + "    return 2.0 * m * n * k", "should be an int", False),
+    Wrong(
+        "01",
+        "ex2_time_per_call",
+        "no warm-up call",
+        TIMER + "    sync(); start = clock()\n" + TIMED_LOOP + "    sync()\n    return (clock() - start) / repeats",
+        CALL_ORDER,
+        False,
+    ),
+    Wrong(
+        "01",
+        "ex2_time_per_call",
+        "reads the clock before synchronising",
+        TIMER + "    fn(); start = clock()\n" + TIMED_LOOP + "    sync()\n    return (clock() - start) / repeats",
+        CALL_ORDER,
+        False,
+    ),
+    Wrong(
+        "01",
+        "ex2_time_per_call",
+        "no sync after the timed calls",
+        TIMER + "    fn(); sync(); start = clock()\n" + TIMED_LOOP + "    return (clock() - start) / repeats",
+        CALL_ORDER,
+        False,
+    ),
+    Wrong(
+        "01",
+        "ex2_time_per_call",
+        "returns the total",
+        TIMER + "    fn(); sync(); start = clock()\n" + TIMED_LOOP + "    sync()\n    return clock() - start",
+        "seconds per call should be about 0.5, got 1.5",
+        False,
+    ),
+    # The statement names all four cases, so the visible tests catch these two.
+    Wrong(
+        "01",
+        "ex3_choose_device",
+        "prefers MPS to CUDA",
+        CHOOSE + "    if mps_available: return 'mps'\n    return 'cuda' if cuda_available else 'cpu'",
+        r"choose_device_type\(True, True\) should be 'cuda'",
+        False,
+    ),
+    Wrong(
+        "01",
+        "ex3_choose_device",
+        "ignores MPS",
+        CHOOSE + "    return 'cuda' if cuda_available else 'cpu'",
+        r"choose_device_type\(False, True\) should be 'mps'",
+        False,
+    ),
+    Wrong(
+        "01", "ex4_sync_lines", "misses the boolean-mask index", "SYNC_LINES = {4, 7, 10, 11}", NOT_THE_SYNC_SET, True
+    ),
+    Wrong(
+        "01",
+        "ex4_sync_lines",
+        "a queued reduction as a sync",
+        "SYNC_LINES = {3, 4, 5, 7, 10, 11}",
+        LINE_3,
+        False,
+    ),
+    Wrong(
+        "01",
+        "ex4_sync_lines",
+        "the no-op non_blocking move",
+        "SYNC_LINES = {4, 5, 7, 10, 11, 12}",
+        NOT_THE_SYNC_SET,
+        True,
+    ),
+    Wrong("01", "ex4_sync_lines", "a list", "SYNC_LINES = [4, 5, 7, 10, 11]", "should be a set, got list", False),
+    # Validate settles lines 3, 9 and 11; a wrong answer elsewhere is told one wrong line by the hidden tests.
+    Wrong(
+        "01",
+        "ex4_sync_lines",
+        "the first five lines",
+        "SYNC_LINES = {1, 2, 3, 4, 5}",
+        LINE_3,
+        False,
+    ),
+    Wrong(
+        "01",
+        "ex4_sync_lines",
+        "only the explicit reads",
+        "SYNC_LINES = {4, 10, 11}",
+        NOT_THE_SYNC_SET,
+        True,
+    ),
+    Wrong("01", "ex4_sync_lines", "misses the .item()", "SYNC_LINES = {4, 5, 7, 10}", LINE_11, False),
+    Wrong("01", "ex4_sync_lines", "every line that touches y", "SYNC_LINES = {2, 3, 4, 5, 6}", LINE_3, False),
 ]

@@ -88,6 +88,79 @@ def shard_indices(num_samples, num_replicas, shuffle, seed=0, epoch=0):
 """
 AS_TENSORS = SHARDS.replace("SEED", "seed=seed").replace("list(sampler)", "torch.tensor(list(sampler))")
 
+# Moved from tests/test_wrong_answers.py (the earlier review lists).
+# 03 · Feed the model with batches
+PIN_FOR_ANY_ACCELERATOR = """
+def loader_options(device, num_workers):
+    has_workers = num_workers > 0
+    return {
+        "num_workers": num_workers,
+        "pin_memory": device.type != "cpu",
+        "persistent_workers": has_workers,
+        "prefetch_factor": 4 if has_workers else None,
+    }
+"""
+
+TIME_FIRST_PADDING = """
+def pad_collate(batch, padding_value=0):
+    from torch.nn.utils.rnn import pad_sequence
+
+    sequences = [sequence for sequence, _ in batch]
+    padded = pad_sequence(sequences, padding_value=padding_value)
+    lengths = torch.tensor([len(sequence) for sequence in sequences])
+    labels = torch.tensor([label for _, label in batch])
+    return padded, lengths, labels
+"""
+
+GLOBAL_SEED = """
+def make_reproducible_loader(dataset, batch_size, seed):
+    torch.manual_seed(seed)
+    return DataLoader(dataset, batch_size=batch_size, shuffle=True)
+"""
+
+SEEDED_SAMPLER = """
+from torch.utils.data import RandomSampler
+
+
+def make_reproducible_loader(dataset, batch_size, seed):
+    sampler = RandomSampler(dataset, generator=torch.Generator().manual_seed(seed))
+    return DataLoader(dataset, batch_size=batch_size, sampler=sampler)
+"""
+
+NO_SET_EPOCH = """
+def shard_indices(num_samples, num_replicas, shuffle, seed=0, epoch=0):
+    dataset = TensorDataset(torch.arange(num_samples))
+    return [
+        list(DistributedSampler(dataset, num_replicas=num_replicas, rank=rank, shuffle=shuffle, seed=seed))
+        for rank in range(num_replicas)
+    ]
+"""
+
+# 03 · Feed the model with batches, third review.
+PINS_ONLY_CUDA_ZERO = PIN_FOR_ANY_ACCELERATOR.replace('device.type != "cpu"', 'str(device) in ("cuda", "cuda:0")')
+
+IGNORES_PADDING_VALUE = TIME_FIRST_PADDING.replace(
+    "pad_sequence(sequences, padding_value=padding_value)", "pad_sequence(sequences, batch_first=True)"
+)
+
+DROPS_THE_LAST_BATCH = """
+def make_reproducible_loader(dataset, batch_size, seed):
+    generator = torch.Generator().manual_seed(seed)
+    return DataLoader(dataset, batch_size=batch_size, shuffle=True, generator=generator, drop_last=True)
+"""
+
+IGNORES_THE_SEED = """
+def shard_indices(num_samples, num_replicas, shuffle, seed=0, epoch=0):
+    dataset = TensorDataset(torch.arange(num_samples))
+    shards = []
+    for rank in range(num_replicas):
+        sampler = DistributedSampler(dataset, num_replicas=num_replicas, rank=rank, shuffle=shuffle)
+        sampler.set_epoch(epoch)
+        shards.append(list(sampler))
+    return shards
+"""
+
+
 WRONG = [
     # Exercise 1: the DataLoader pins for the current accelerator, whichever it is, except MPS.
     Wrong("03", "ex1_loader_options", "pins for CUDA only", options(pin='device.type == "cuda"'), "'xpu'", False),
@@ -230,4 +303,34 @@ WRONG = [
         False,
     ),
     Wrong("03", "ex4_shard_indices", "tensors, not lists", AS_TENSORS, "should be a list", False),
+    Wrong("03", "ex1_loader_options", "pins memory for mps", PIN_FOR_ANY_ACCELERATOR, "'mps'", False),
+    Wrong("03", "ex2_pad_collate", "pads time-first", TIME_FIRST_PADDING, "^padded", False),
+    Wrong("03", "ex3_reproducible_loader", "seeds the global generator", GLOBAL_SEED, "second loader", False),
+    Wrong(
+        "03",
+        "ex3_reproducible_loader",
+        "seeds a RandomSampler",
+        SEEDED_SAMPLER,
+        "the construction the statement",
+        False,
+    ),
+    Wrong("03", "ex4_shard_indices", "forgets set_epoch", NO_SET_EPOCH, "another epoch", False),
+    Wrong("03", "ex1_loader_options", "pins only cuda:0", PINS_ONLY_CUDA_ZERO, "any CUDA index", False),
+    Wrong("03", "ex2_pad_collate", "ignores padding_value", IGNORES_PADDING_VALUE, r"padding_value=-1\.0", False),
+    Wrong("03", "ex3_reproducible_loader", "drops the last batch", DROPS_THE_LAST_BATCH, "last one smaller", False),
+    Wrong("03", "ex4_shard_indices", "ignores the seed", IGNORES_THE_SEED, r"shuffle=True, seed=3, epoch=1", False),
 ]
+
+PINS_CUDA_AND_XPU = """
+def loader_options(device, num_workers):
+    has_workers = num_workers > 0
+    return {
+        "num_workers": num_workers,
+        "pin_memory": device.type in ("cuda", "xpu"),
+        "persistent_workers": has_workers,
+        "prefetch_factor": 4 if has_workers else None,
+    }
+"""
+WRONG.append(
+    Wrong("03", "ex1_loader_options", "pins for CUDA and XPU only", PINS_CUDA_AND_XPU, "MTIA is an accelerator", False)
+)

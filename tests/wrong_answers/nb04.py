@@ -90,6 +90,166 @@ def freeze(modules: str = "model.modules()", action: str = "module.eval()") -> s
     return FREEZE.replace("MODULES", modules).replace("ACTION", action)
 
 
+# Moved from tests/test_wrong_answers.py (the earlier review lists).
+# 04 · Stabilise training with BatchNorm
+BIASED_RUNNING_VAR = """
+def batchnorm1d_forward(x, weight, bias, running_mean, running_var, training, momentum=0.1, eps=1e-5):
+    if training:
+        mean, var = x.mean(dim=0), x.var(dim=0, correction=0)
+        new_mean = (1 - momentum) * running_mean + momentum * mean
+        new_var = (1 - momentum) * running_var + momentum * var
+    else:
+        mean, var = running_mean, running_var
+        new_mean, new_var = running_mean.clone(), running_var.clone()
+    return (x - mean) / torch.sqrt(var + eps) * weight + bias, new_mean, new_var
+"""
+
+CALLS_F_BATCH_NORM = """
+def batchnorm1d_forward(x, weight, bias, running_mean, running_var, training, momentum=0.1, eps=1e-5):
+    new_mean, new_var = running_mean.clone(), running_var.clone()
+    output = torch.nn.functional.batch_norm(x, new_mean, new_var, weight, bias, training, momentum, eps)
+    return output, new_mean, new_var
+"""
+
+DROPS_LINEAR_BIAS = """
+def fold_linear_bn(linear, bn):
+    with torch.no_grad():
+        scale = bn.weight / torch.sqrt(bn.running_var + bn.eps)
+        folded = nn.Linear(linear.in_features, linear.out_features)
+        folded.weight.copy_(linear.weight * scale[:, None])
+        folded.bias.copy_(bn.bias - scale * bn.running_mean)
+    return folded
+"""
+
+WHOLE_MODEL_EVAL = """
+def freeze_batchnorm(model):
+    return model.eval()
+"""
+
+# 04 · review 3: the bans see every name (forbidden_calls), and the visible tests ask for every case.
+BN_WITH_TORCH_ALIAS = """
+from torch import batch_norm as _bn
+
+def batchnorm1d_forward(x, weight, bias, running_mean, running_var, training, momentum=0.1, eps=1e-5):
+    new_mean, new_var = running_mean.clone(), running_var.clone()
+    return _bn(x, weight, bias, new_mean, new_var, training, momentum, eps, False), new_mean, new_var
+"""
+
+BN_WITH_NATIVE = """
+def batchnorm1d_forward(x, weight, bias, running_mean, running_var, training, momentum=0.1, eps=1e-5):
+    new_mean, new_var = running_mean.clone(), running_var.clone()
+    output, _, _ = torch.native_batch_norm(x, weight, bias, new_mean, new_var, training, momentum, eps)
+    return output, new_mean, new_var
+"""
+
+BN_WITH_ATEN_OP = """
+def batchnorm1d_forward(x, weight, bias, running_mean, running_var, training, momentum=0.1, eps=1e-5):
+    new_mean, new_var = running_mean.clone(), running_var.clone()
+    output, _, _ = torch.ops.aten.native_batch_norm(x, weight, bias, new_mean, new_var, training, momentum, eps)
+    return output, new_mean, new_var
+"""
+
+BN_WITH_LAYER_NORM = """
+def batchnorm1d_forward(x, weight, bias, running_mean, running_var, training, momentum=0.1, eps=1e-5):
+    if not training:
+        return (x - running_mean) / torch.sqrt(running_var + eps) * weight + bias, running_mean, running_var
+    output = torch.nn.functional.layer_norm(x.T, x.shape[:1], eps=eps).T * weight + bias
+    new_mean = (1 - momentum) * running_mean + momentum * x.mean(dim=0)
+    new_var = (1 - momentum) * running_var + momentum * x.var(dim=0)
+    return output, new_mean, new_var
+"""
+
+BN_FIXED_MOMENTUM = """
+def batchnorm1d_forward(x, weight, bias, running_mean, running_var, training, momentum=0.1, eps=1e-5):
+    if training:
+        mean, var = x.mean(dim=0), x.var(dim=0, correction=0)
+        new_mean = 0.9 * running_mean + 0.1 * mean
+        new_var = 0.9 * running_var + 0.1 * x.var(dim=0)
+    else:
+        mean, var, new_mean, new_var = running_mean, running_var, running_mean.clone(), running_var.clone()
+    return (x - mean) / torch.sqrt(var + eps) * weight + bias, new_mean, new_var
+"""
+
+BN_FIXED_EPS = """
+def batchnorm1d_forward(x, weight, bias, running_mean, running_var, training, momentum=0.1, eps=1e-5):
+    if training:
+        mean, var = x.mean(dim=0), x.var(dim=0, correction=0)
+        new_mean = (1 - momentum) * running_mean + momentum * mean
+        new_var = (1 - momentum) * running_var + momentum * x.var(dim=0)
+    else:
+        mean, var, new_mean, new_var = running_mean, running_var, running_mean.clone(), running_var.clone()
+    return (x - mean) / torch.sqrt(var + 1e-5) * weight + bias, new_mean, new_var
+"""
+
+BN_IN_PLACE = """
+def batchnorm1d_forward(x, weight, bias, running_mean, running_var, training, momentum=0.1, eps=1e-5):
+    if training:
+        mean, var = x.mean(dim=0), x.var(dim=0, correction=0)
+        running_mean.mul_(1 - momentum).add_(momentum * mean)
+        running_var.mul_(1 - momentum).add_(momentum * x.var(dim=0))
+    else:
+        mean, var = running_mean, running_var
+    return (x - mean) / torch.sqrt(var + eps) * weight + bias, running_mean, running_var
+"""
+
+FOLD_WITH_FUSION_ALIAS = """
+from torch.nn.utils.fusion import fuse_linear_bn_weights as _f
+
+def fold_linear_bn(linear, bn):
+    weight, bias = _f(linear.weight, linear.bias, bn.running_mean, bn.running_var, bn.eps, bn.weight, bn.bias)
+    folded = nn.Linear(linear.in_features, linear.out_features)
+    with torch.no_grad():
+        folded.weight.copy_(weight)
+        folded.bias.copy_(bias)
+    return folded
+"""
+
+FOLD_WITH_FUSE_MODULES = """
+import copy
+
+def fold_linear_bn(linear, bn):
+    pair = torch.nn.Sequential(copy.deepcopy(linear), copy.deepcopy(bn)).eval()
+    return torch.ao.quantization.fuse_modules(pair, [["0", "1"]])[0]
+"""
+
+FOLD_FIXED_EPS = """
+def fold_linear_bn(linear, bn):
+    with torch.no_grad():
+        scale = bn.weight / torch.sqrt(bn.running_var + 1e-5)
+        bias = linear.bias if linear.bias is not None else torch.zeros_like(bn.running_mean)
+        folded = nn.Linear(linear.in_features, linear.out_features)
+        folded.weight.copy_(linear.weight * scale[:, None])
+        folded.bias.copy_(scale * (bias - bn.running_mean) + bn.bias)
+    return folded
+"""
+
+FOLD_SCALES_IN_PLACE = """
+def fold_linear_bn(linear, bn):
+    with torch.no_grad():
+        scale = bn.weight / torch.sqrt(bn.running_var + bn.eps)
+        bias = linear.bias if linear.bias is not None else torch.zeros_like(bn.running_mean)
+        folded = nn.Linear(linear.in_features, linear.out_features)
+        folded.weight.copy_(linear.weight.mul_(scale[:, None]))
+        folded.bias.copy_(scale * (bias - bn.running_mean) + bn.bias)
+    return folded
+"""
+
+FREEZE_ONLY_1D = """
+def freeze_batchnorm(model):
+    for module in model.modules():
+        if isinstance(module, nn.BatchNorm1d):
+            module.eval()
+    return model
+"""
+
+FREEZE_TRAINS_THE_REST = """
+def freeze_batchnorm(model):
+    for module in model.modules():
+        module.train(not isinstance(module, nn.modules.batchnorm._BatchNorm))
+    return model
+"""
+
+
 WRONG = [
     # Exercise 1: BatchNorm by hand.
     Wrong(
@@ -199,4 +359,42 @@ WRONG = [
         "return the model",
         False,
     ),
+    Wrong(
+        "04",
+        "ex1_batchnorm_forward",
+        "biased running variance",
+        BIASED_RUNNING_VAR,
+        "train-mode new_running_var",
+        False,
+    ),
+    Wrong("04", "ex1_batchnorm_forward", "calls F.batch_norm", CALLS_F_BATCH_NORM, "tensor arithmetic", False),
+    Wrong(
+        "04",
+        "ex2_fold_linear_bn",
+        "drops the linear bias",
+        DROPS_LINEAR_BIAS,
+        r"folded\(x\) for a 6->4 layer",
+        False,
+    ),
+    Wrong(
+        "04",
+        "ex3_freeze_batchnorm",
+        "puts the whole model in eval",
+        WHOLE_MODEL_EVAL,
+        "should still be in training mode",
+        False,
+    ),
+    Wrong("04", "ex1_batchnorm_forward", "torch.batch_norm aliased", BN_WITH_TORCH_ALIAS, "tensor arithmetic", False),
+    Wrong("04", "ex1_batchnorm_forward", "torch.native_batch_norm", BN_WITH_NATIVE, "tensor arithmetic", False),
+    Wrong("04", "ex1_batchnorm_forward", "a torch.ops.aten operator", BN_WITH_ATEN_OP, "tensor arithmetic", False),
+    Wrong("04", "ex1_batchnorm_forward", "layer_norm on the transpose", BN_WITH_LAYER_NORM, "layer_norm", False),
+    Wrong("04", "ex1_batchnorm_forward", "fixed momentum", BN_FIXED_MOMENTUM, r"mean \(momentum=0\.3", False),
+    Wrong("04", "ex1_batchnorm_forward", "fixed eps", BN_FIXED_EPS, r"output \(momentum=0\.3, eps=0\.01\)", False),
+    Wrong("04", "ex1_batchnorm_forward", "updates the running stats in place", BN_IN_PLACE, "do not modify it", False),
+    Wrong("04", "ex2_fold_linear_bn", "fusion under an alias", FOLD_WITH_FUSION_ALIAS, "fold by hand", False),
+    Wrong("04", "ex2_fold_linear_bn", "quantization fuse_modules", FOLD_WITH_FUSE_MODULES, "fold by hand", False),
+    Wrong("04", "ex2_fold_linear_bn", "eps fixed at 1e-5", FOLD_FIXED_EPS, r"eps=0\.5", False),
+    Wrong("04", "ex2_fold_linear_bn", "scales linear.weight in place", FOLD_SCALES_IN_PLACE, "must not change", False),
+    Wrong("04", "ex3_freeze_batchnorm", "BatchNorm1d only", FREEZE_ONLY_1D, "BatchNorm2d", False),
+    Wrong("04", "ex3_freeze_batchnorm", "trains the others", FREEZE_TRAINS_THE_REST, "evaluation mode", False),
 ]

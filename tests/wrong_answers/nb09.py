@@ -71,6 +71,155 @@ BYTES_OF_DATA_NAMES = _FLATTEN.format(
     tensors="model.state_dict().values() if isinstance(t, torch.Tensor)",
 )
 
+# Moved from tests/test_wrong_answers.py (the earlier review lists).
+QUANTIZE_WITH_TORCH = """
+def quantize_per_tensor(x, scale, zero_point, dtype):
+    legacy = {torch.uint8: torch.quint8, torch.int8: torch.qint8}[dtype]
+    return torch.quantize_per_tensor(x, scale, zero_point, legacy).int_repr()
+
+
+def dequantize_per_tensor(q, scale, zero_point):
+    return (q.to(torch.float32) - zero_point) * scale
+"""
+
+QUANTIZE_WITH_TORCHAO = """
+def quantize_per_tensor(x, scale, zero_point, dtype):
+    info = torch.iinfo(dtype)
+    return quantize_affine(x, x.shape, torch.tensor([scale]), torch.tensor([zero_point]), dtype, info.min, info.max)
+
+
+def dequantize_per_tensor(q, scale, zero_point):
+    return (q.to(torch.float32) - zero_point) * scale
+"""
+
+QUANTIZE_HALVES_UP = """
+def quantize_per_tensor(x, scale, zero_point, dtype):
+    info = torch.iinfo(dtype)
+    return (torch.floor(x / scale + 0.5) + zero_point).clamp(info.min, info.max).to(dtype)
+
+
+def dequantize_per_tensor(q, scale, zero_point):
+    return (q.to(torch.float32) - zero_point) * scale
+"""
+
+QPARAMS_WITH_TORCHAO = """
+def choose_qparams(min_val, max_val, dtype):
+    from torchao.quantization import choose_qparams_affine_with_min_max
+
+    info = torch.iinfo(dtype)
+    scale, zero_point = choose_qparams_affine_with_min_max(
+        torch.tensor([min_val]), torch.tensor([max_val]), MappingType.ASYMMETRIC, (1,), dtype, info.min, info.max,
+        eps=torch.finfo(torch.float32).eps, zero_point_dtype=torch.int32,
+    )
+    return scale.item(), int(zero_point.item())
+"""
+
+QPARAMS_WITHOUT_ZERO = """
+def choose_qparams(min_val, max_val, dtype):
+    info = torch.iinfo(dtype)
+    scale = max((max_val - min_val) / (info.max - info.min), torch.finfo(torch.float32).eps)
+    zero_point = info.min - round(min_val / scale)
+    return float(scale), int(min(max(zero_point, info.min), info.max))
+"""
+
+SQNR_WITH_TORCHAO = """
+def sqnr_db(x, x_hat):
+    return compute_error(x, x_hat).item()
+"""
+
+SQNR_TWENTY_LOG = """
+def sqnr_db(x, x_hat):
+    import math
+
+    return 20 * math.log10(x.pow(2).sum().item() / (x - x_hat).pow(2).sum().item())
+"""
+
+BYTES_FROM_ELEMENT_SIZE = """
+def stored_bytes(model):
+    return sum(t.numel() * t.element_size() for t in model.state_dict().values() if isinstance(t, torch.Tensor))
+"""
+
+BYTES_ONE_LEVEL = """
+def stored_bytes(model):
+    total = 0
+    for t in model.state_dict().values():
+        if not isinstance(t, torch.Tensor):
+            continue
+        inner = [getattr(t, name) for name in t.__tensor_flatten__()[0]] if hasattr(t, "__tensor_flatten__") else [t]
+        total += sum(part.numel() * part.element_size() for part in inner)
+    return total
+"""
+
+DEQUANTIZE_IN_UINT8 = """
+def quantize_per_tensor(x, scale, zero_point, dtype):
+    info = torch.iinfo(dtype)
+    return (torch.round(x / scale) + zero_point).clamp(info.min, info.max).to(dtype)
+
+
+def dequantize_per_tensor(q, scale, zero_point):
+    return (q - zero_point).to(torch.float32) * scale
+"""
+
+QUANTIZE_WITHOUT_CLAMP = """
+def quantize_per_tensor(x, scale, zero_point, dtype):
+    return (torch.round(x / scale) + zero_point).to(dtype)
+
+
+def dequantize_per_tensor(q, scale, zero_point):
+    return (q.to(torch.float32) - zero_point) * scale
+"""
+
+QPARAMS_WITHOUT_EPS = """
+def choose_qparams(min_val, max_val, dtype):
+    info = torch.iinfo(dtype)
+    min_neg, max_pos = min(min_val, 0.0), max(max_val, 0.0)
+    scale = (max_pos - min_neg) / (info.max - info.min)
+    zero_point = info.min - round(min_neg / scale)
+    return float(scale), int(min(max(zero_point, info.min), info.max))
+"""
+
+QPARAMS_LOW_END_ONLY = """
+def choose_qparams(min_val, max_val, dtype):
+    info = torch.iinfo(dtype)
+    min_neg = min(min_val, 0.0)
+    scale = max((max_val - min_neg) / (info.max - info.min), torch.finfo(torch.float32).eps)
+    zero_point = info.min - round(min_neg / scale)
+    return float(scale), int(min(max(zero_point, info.min), info.max))
+"""
+
+SQNR_AS_TENSOR = """
+def sqnr_db(x, x_hat):
+    return 10 * torch.log10(x.pow(2).sum() / (x - x_hat).pow(2).sum())
+"""
+
+SQNR_WITH_DOT = """
+def sqnr_db(x, x_hat):
+    import math
+
+    noise = x - x_hat
+    return 10 * math.log10(torch.dot(x, x).item() / torch.dot(noise, noise).item())
+"""
+
+_FLATTEN_ALL = """
+    def tensor_bytes(t):
+        if hasattr(t, "__tensor_flatten__"):
+            return sum(tensor_bytes(getattr(t, name)) for name in t.__tensor_flatten__()[0])
+        return t.numel() * t.element_size()
+"""
+
+_STORED_BYTES = "def stored_bytes(model):" + _FLATTEN_ALL + "\n    return sum(map(tensor_bytes, {}))\n"
+
+BYTES_PARAMETERS_ONLY = _STORED_BYTES.format("model.parameters()")
+
+BYTES_EVERY_ENTRY = _STORED_BYTES.format("model.state_dict().values()")
+
+WRONG_VALUES = "has the right shape and dtype but wrong values"
+
+DEQUANTIZED_WRONG = r"dequantize_per_tensor\(codes, 0\.1, 10\) " + WRONG_VALUES
+
+CODES_WRONG_AT_THE_TOP = r"quantize_per_tensor\(x, 0\.1, 10, uint8\) " + WRONG_VALUES + r".*at index \(6,\)"
+
+
 WRONG = [
     Wrong(
         "09",
@@ -122,4 +271,43 @@ WRONG = [
         "after Int8WeightOnlyConfig should be 2336, got 2304",
         False,
     ),
+    Wrong("09", "ex1_quantize_per_tensor", "asks torch", QUANTIZE_WITH_TORCH, r"called torch\..*per_tensor", False),
+    Wrong("09", "ex1_quantize_per_tensor", "asks torchao", QUANTIZE_WITH_TORCHAO, r"called torchao\.", False),
+    Wrong("09", "ex1_quantize_per_tensor", "rounds halves up", QUANTIZE_HALVES_UP, "round half to even", False),
+    Wrong("09", "ex2_choose_qparams", "asks torchao", QPARAMS_WITH_TORCHAO, r"called torchao\.", False),
+    Wrong("09", "ex2_choose_qparams", "range without zero", QPARAMS_WITHOUT_ZERO, r"stretched to \[0, 2\]", False),
+    Wrong("09", "ex3_sqnr_db", "asks torchao", SQNR_WITH_TORCHAO, r"called torchao\..*compute_error", False),
+    Wrong("09", "ex3_sqnr_db", "20 log10 of a power ratio", SQNR_TWENTY_LOG, "should be about 20, got 40", False),
+    Wrong(
+        "09",
+        "ex4_stored_bytes",
+        "trusts element_size",
+        BYTES_FROM_ELEMENT_SIZE,
+        r"after Int8WeightOnlyConfig should be 2336, got 8320: that is the size of the weights counted as plain "
+        r"float32",
+        False,
+    ),
+    Wrong(
+        "09",
+        "ex4_stored_bytes",
+        "flattens one level only",
+        BYTES_ONE_LEVEL,
+        r"a subclass inside a subclass should be 2336, got 8320: .*one may be a subclass too",
+        False,
+    ),
+    Wrong("09", "ex1_quantize_per_tensor", "subtracts in uint8", DEQUANTIZE_IN_UINT8, DEQUANTIZED_WRONG, False),
+    Wrong("09", "ex1_quantize_per_tensor", "no clamp", QUANTIZE_WITHOUT_CLAMP, CODES_WRONG_AT_THE_TOP, False),
+    Wrong("09", "ex2_choose_qparams", "no eps floor", QPARAMS_WITHOUT_EPS, r"\(0\.0, 0\.0, int8\) failed", False),
+    Wrong("09", "ex2_choose_qparams", "stretches the low end only", QPARAMS_LOW_END_ONLY, r"to \[-2, 0\]", False),
+    Wrong("09", "ex3_sqnr_db", "returns a tensor", SQNR_AS_TENSOR, "should be a float, got Tensor", False),
+    Wrong("09", "ex3_sqnr_db", "1-D only", SQNR_WITH_DOT, "failed on 2x2 tensors", False),
+    Wrong(
+        "09",
+        "ex4_stored_bytes",
+        "parameters only",
+        BYTES_PARAMETERS_ONLY,
+        r"136 bytes, is the size of BatchNorm.s buffers.*left out",
+        False,
+    ),
+    Wrong("09", "ex4_stored_bytes", "every state_dict entry", BYTES_EVERY_ENTRY, "holds a non-tensor entry", False),
 ]

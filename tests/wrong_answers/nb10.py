@@ -87,6 +87,88 @@ def event_stats(trace, name):
 HOST_READ = r"labelled_step read a tensor on the host.*the code called torch\."
 NESTED = r"'step/(backward|optimizer)' runs inside 'step/(forward|backward)'"
 
+# Moved from tests/test_wrong_answers.py (the earlier review lists).
+STEPS_FROM_SCHEDULE = """
+def recorded_steps(wait, warmup, active, repeat, skip_first, num_steps):
+    import warnings
+
+    from torch.profiler import ProfilerAction, schedule
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        plan = schedule(wait=wait, warmup=warmup, active=active, repeat=repeat, skip_first=skip_first)
+    return [s for s in range(num_steps) if plan(s) in (ProfilerAction.RECORD, ProfilerAction.RECORD_AND_SAVE)]
+"""
+
+STEPS_WITHOUT_REPEAT = """
+def recorded_steps(wait, warmup, active, repeat, skip_first, num_steps):
+    cycle = wait + warmup + active
+    return [s for s in range(skip_first, num_steps) if (s - skip_first) % cycle >= wait + warmup]
+"""
+
+OPTIMIZER_IN_BACKWARD = """
+def labelled_step(model, optimizer, X, y, prefix):
+    with record_function(f"{prefix}/forward"):
+        loss = F.cross_entropy(model(X), y)
+    with record_function(f"{prefix}/backward"):
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        optimizer.step()
+    with record_function(f"{prefix}/optimizer"):
+        pass
+    return loss.detach()
+"""
+
+TRACE_ELSEWHERE = """
+def export_and_load(prof, directory):
+    path = os.path.join(tempfile.mkdtemp(), "trace.json")
+    prof.export_chrome_trace(path)
+    with open(path, encoding="utf-8") as file:
+        return json.load(file)
+"""
+
+EVERY_PHASE_COUNTED = """
+def event_stats(trace, name):
+    durations = [event.get("dur", 0.0) for event in trace["traceEvents"] if event.get("name") == name]
+    return len(durations), float(sum(durations)) / 1e3
+"""
+
+MICROSECONDS = """
+def event_stats(trace, name):
+    durations = [e["dur"] for e in trace["traceEvents"] if e.get("ph") == "X" and e.get("name") == name and "dur" in e]
+    return len(durations), float(sum(durations))
+"""
+
+STEP_NEVER_ZEROES = """
+def labelled_step(model, optimizer, X, y, prefix):
+    with record_function(f"{prefix}/forward"):
+        loss = F.cross_entropy(model(X), y)
+    with record_function(f"{prefix}/backward"):
+        loss.backward()
+    with record_function(f"{prefix}/optimizer"):
+        optimizer.step()
+    return loss.detach()
+"""
+
+TRACE_FROM_EVENTS = """
+def export_and_load(prof, directory):
+    prof.export_chrome_trace(os.path.join(directory, "trace.json"))
+    return {"traceEvents": [{"name": event.name, "ph": "X"} for event in prof.events()]}
+"""
+
+STATS_WITHOUT_DUR_COUNTED = """
+def event_stats(trace, name):
+    durations = [e.get("dur", 0.0) for e in trace["traceEvents"] if e.get("ph") == "X" and e.get("name") == name]
+    return len(durations), float(sum(durations)) / 1e3
+"""
+
+STATS_INT_ZERO = """
+def event_stats(trace, name):
+    durations = [e["dur"] for e in trace["traceEvents"] if e.get("ph") == "X" and e.get("name") == name and "dur" in e]
+    return len(durations), (sum(durations) / 1e3 if durations else 0)
+"""
+
+
 WRONG = [
     Wrong(
         "10",
@@ -137,4 +219,27 @@ WRONG = [
         r"nor 'data/augment'.*should be 2, got 3",
         False,
     ),
+    Wrong("10", "ex1_recorded_steps", "asks schedule", STEPS_FROM_SCHEDULE, r"called torch\.profiler", False),
+    Wrong("10", "ex1_recorded_steps", "ignores repeat", STEPS_WITHOUT_REPEAT, r"should be \[3, 4, 7, 8\]", False),
+    Wrong(
+        "10", "ex2_labelled_step", "optimizer in the backward label", OPTIMIZER_IN_BACKWARD, "should run inside", False
+    ),
+    Wrong("10", "ex3_export_and_load", "writes elsewhere", TRACE_ELSEWHERE, "no .json file was written", False),
+    Wrong("10", "ex4_event_stats", "counts every phase", EVERY_PHASE_COUNTED, "instant does not count", False),
+    Wrong("10", "ex4_event_stats", "microseconds", MICROSECONDS, "total milliseconds", False),
+    Wrong("10", "ex2_labelled_step", "never zeroes the gradients", STEP_NEVER_ZEROES, "gradients zeroed", False),
+    Wrong("10", "ex3_export_and_load", "returns its own events", TRACE_FROM_EVENTS, "what is in the file", False),
+    Wrong("10", "ex4_event_stats", "counts an X without dur", STATS_WITHOUT_DUR_COUNTED, "should be 2, got 3", False),
+    Wrong("10", "ex4_event_stats", "int 0 for a missing name", STATS_INT_ZERO, "never occurs should be a float", False),
 ]
+
+STATS_SKIPS_ZERO_DURATION = """
+def event_stats(trace, name):
+    durations = [
+        e["dur"] for e in trace["traceEvents"] if e.get("ph") == "X" and e.get("name") == name and e.get("dur")
+    ]
+    return len(durations), float(sum(durations)) / 1e3
+"""
+WRONG.append(
+    Wrong("10", "ex4_event_stats", "skips events of duration 0", STATS_SKIPS_ZERO_DURATION, "whose 'dur' is 0", False)
+)

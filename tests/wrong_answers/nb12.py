@@ -127,11 +127,145 @@ FAST_FIRST_EPOCH_AGAIN = _FAST.format(
 _WRONG_VALUES = "has the right shape and dtype but wrong values"
 _DRAWN = r"warm-up, on weights and images drawn for it\): the loss at step"
 
+# Moved from tests/test_wrong_answers.py (the earlier review lists).
+IMAGES_GLOBAL_STATS = """
+def standardize_images(pixels):
+    x = pixels.float() / 16.0
+    return (x - x.mean()) / (x.std() + 1e-5)
+"""
+
+IMAGES_POPULATION_STD = """
+def standardize_images(pixels):
+    x = pixels.float() / 16.0
+    return (x - x.mean(dim=1, keepdim=True)) / (x.std(dim=1, keepdim=True, correction=0) + 1e-5)
+"""
+
+IMAGES_LOOP = """
+def standardize_images(pixels):
+    return torch.stack([standardize_image(p) for p in pixels])
+"""
+
+STEP_BODY = """
+    optimizer.zero_grad()
+    loss.backward()
+    optimizer.step()
+"""
+
+# Autocast done right, so that the answers below fail for their own mistake.
+STEP_AUTOCAST = "with torch.autocast(images.device.type, dtype=amp_dtype or torch.bfloat16, enabled=bool(amp_dtype)):"
+
+STEP_LOGS_ITEM = f"""
+def train_step(model, optimizer, images, labels, losses, step, amp_dtype=None):
+    {STEP_AUTOCAST}
+        loss = F.cross_entropy(model(images), labels)
+    {STEP_BODY.strip()}
+    losses[step] = loss.item()
+"""
+
+STEP_WRITES_ZEROS = f"""
+def train_step(model, optimizer, images, labels, losses, step, amp_dtype=None):
+    {STEP_AUTOCAST}
+        loss = F.cross_entropy(model(images), labels)
+    optimizer.zero_grad(set_to_none=False)
+    loss.backward()
+    optimizer.step()
+    losses[step] = loss.detach()
+"""
+
+STEP_PER_SAMPLE = f"""
+def train_step(model, optimizer, images, labels, losses, step, amp_dtype=None):
+    {STEP_AUTOCAST}
+        loss = sum(F.cross_entropy(model(x[None]), t[None]) for x, t in zip(images, labels)) / len(labels)
+    {STEP_BODY.strip()}
+    losses[step] = loss.detach()
+"""
+
+STEP_KEEPS_GRAPH = f"""
+def train_step(model, optimizer, images, labels, losses, step, amp_dtype=None):
+    loss = F.cross_entropy(model(images), labels)
+    {STEP_BODY.strip()}
+    losses[step] = loss
+"""
+
+STEP_IGNORES_AMP = f"""
+def train_step(model, optimizer, images, labels, losses, step, amp_dtype=None):
+    loss = F.cross_entropy(model(images), labels)
+    {STEP_BODY.strip()}
+    losses[step] = loss.detach()
+"""
+
+STEP_CPU_AUTOCAST = """
+def train_step(model, optimizer, images, labels, losses, step, amp_dtype=None):
+    with torch.autocast("cpu", dtype=amp_dtype or torch.bfloat16, enabled=amp_dtype is not None):
+        loss = F.cross_entropy(model(images), labels)
+    optimizer.zero_grad()
+    loss.backward()
+    optimizer.step()
+    losses[step] = loss.detach()
+"""
+
+STEP_BACKWARD_IN_AUTOCAST = """
+def train_step(model, optimizer, images, labels, losses, step, amp_dtype=None):
+    with torch.autocast(images.device.type, dtype=amp_dtype or torch.bfloat16, enabled=amp_dtype is not None):
+        loss = F.cross_entropy(model(images), labels)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+    losses[step] = loss.detach()
+"""
+
+FAST_DEFAULT_LR = """
+def fast_train(task, device):
+    model = make_model(task, fused_gelu=True).to(device)
+    optimizer = torch.optim.Adam(model.parameters())  # Adam's default lr, not task.lr
+    pixels, labels = task.data()
+    images = torch.stack([standardize_image(p) for p in pixels]).to(device)
+    losses = torch.empty(task.steps, device=device)
+    for step, batch in enumerate(task.batch_order()):
+        loss = F.cross_entropy(model(images[batch]), labels.to(device)[batch])
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        losses[step] = loss.detach()
+    return model, losses
+"""
+
+FAST_OWN_SHUFFLE = """
+def fast_train(task, device):
+    model = make_model(task, fused_gelu=True).to(device)
+    optimizer = torch.optim.Adam(model.parameters(), lr=task.lr)
+    pixels, labels = task.data()
+    images = torch.stack([standardize_image(p) for p in pixels]).to(device)
+    order = torch.cat([torch.randperm(task.num_samples) for _ in range(task.epochs)])  # not task.batch_order()
+    losses = torch.empty(task.steps, device=device)
+    for step in range(task.steps):
+        batch = order[step * task.batch_size : (step + 1) * task.batch_size]
+        loss = F.cross_entropy(model(images[batch]), labels.to(device)[batch])
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        losses[step] = loss.detach()
+    return model, losses
+"""
+
+FAST_LOSS_LIST = """
+def fast_train(task, device):
+    model, losses = slow_train(task, device)
+    return model, losses.tolist()
+"""
+
+FAST_HARD_CODED_WIDTH = """
+def fast_train(task, device):
+    return slow_train(replace(task, hidden=128), device)
+"""
+
+
 WRONG = [
-    Wrong("12", "ex1_standardize_images", "no division by 16", IMAGES_NO_SCALING, _WRONG_VALUES, False),
-    Wrong("12", "ex1_standardize_images", "no eps", IMAGES_NO_EPS, _WRONG_VALUES, False),
-    Wrong("12", "ex1_standardize_images", "eps under the root", IMAGES_EPS_UNDER_ROOT, _WRONG_VALUES, False),
-    Wrong("12", "ex1_standardize_images", "statistics per pixel", IMAGES_PER_PIXEL, _WRONG_VALUES, False),
+    Wrong("12", "ex1_standardize_images", "no division by 16", IMAGES_NO_SCALING, "skips the division by 16", False),
+    Wrong("12", "ex1_standardize_images", "no eps", IMAGES_NO_EPS, "leaves out STD_EPS", False),
+    Wrong("12", "ex1_standardize_images", "eps under the root", IMAGES_EPS_UNDER_ROOT,
+          "puts STD_EPS under the square root", False),
+    Wrong("12", "ex1_standardize_images", "statistics per pixel", IMAGES_PER_PIXEL, "over dim 0", False),
     Wrong("12", "ex1_standardize_images", "float64 result", IMAGES_FLOAT64, "should have dtype torch.float32", False),
     Wrong("12", "ex1_standardize_images", "loop in map", IMAGES_MAP, "a loop over images", False),
     Wrong("12", "ex2_train_step", "autocast always on", STEP_AUTOCAST_ALWAYS_ON,
@@ -152,4 +286,19 @@ WRONG = [
     Wrong("12", "ex3_fast_train", "loads the digits itself", FAST_LOADS_THE_DIGITS, _DRAWN, False),
     Wrong("12", "ex3_fast_train", "statistics per pixel", FAST_PER_PIXEL, "loss at step", False),
     Wrong("12", "ex3_fast_train", "first epoch again", FAST_FIRST_EPOCH_AGAIN, "loss at step", False),
+    Wrong("12", "ex1_standardize_images", "one mean for all images", IMAGES_GLOBAL_STATS,
+          "one mean and standard deviation for the whole batch", False),
+    Wrong("12", "ex1_standardize_images", "population std", IMAGES_POPULATION_STD, "divides by 64, not 63", False),
+    Wrong("12", "ex1_standardize_images", "loops over images", IMAGES_LOOP, "a loop over images", False),
+    Wrong("12", "ex2_train_step", "logs with .item()", STEP_LOGS_ITEM, "values into Python", False),
+    Wrong("12", "ex2_train_step", "writes zeros", STEP_WRITES_ZEROS, "not to zeros", False),
+    Wrong("12", "ex2_train_step", "one sample at a time", STEP_PER_SAMPLE, "once per step", False),
+    Wrong("12", "ex2_train_step", "keeps the graph", STEP_KEEPS_GRAPH, r"loss\.detach\(\)", False),
+    Wrong("12", "ex2_train_step", "ignores amp_dtype", STEP_IGNORES_AMP, "amp_dtype=torch.bfloat16", False),
+    Wrong("12", "ex2_train_step", "autocast on the CPU only", STEP_CPU_AUTOCAST, r"images\.device\.type", False),
+    Wrong("12", "ex2_train_step", "backward inside autocast", STEP_BACKWARD_IN_AUTOCAST, "outside the autocast", False),
+    Wrong("12", "ex3_fast_train", "Adam's default lr", FAST_DEFAULT_LR, "loss at step", False),
+    Wrong("12", "ex3_fast_train", "shuffles on its own", FAST_OWN_SHUFFLE, "loss at step", False),
+    Wrong("12", "ex3_fast_train", "losses as a list", FAST_LOSS_LIST, "torch.Tensor of losses", False),
+    Wrong("12", "ex3_fast_train", "hard-codes the width", FAST_HARD_CODED_WIDTH, "named and shaped", False),
 ]  # fmt: skip
