@@ -30,11 +30,10 @@ STUDENT = "reference"
 pytestmark = pytest.mark.slow_grading  # twelve notebooks, each up to a minute: `make grading-test`
 
 
-@pytest.fixture(scope="module")
-def graded(tmp_path_factory):
+def reference_course(tmp) -> Course:
+    """A throwaway course with this repository's notebooks released, each submitted as it is by ``STUDENT``."""
     if not NOTEBOOKS:
         pytest.skip("no notebooks in notebooks/ yet")
-    tmp = tmp_path_factory.mktemp("solutions")
     course = Course(root=tmp / "grading", notebooks=REPO_ROOT / "notebooks")
     release(course)
     shutil.copy(REPO_ROOT / "grading" / "course" / "capstone_referee.py", course.root / "capstone_referee.py")
@@ -43,6 +42,12 @@ def graded(tmp_path_factory):
         folder.mkdir(parents=True)
         shutil.copy(path, folder / path.name)
         (folder / "timestamp.txt").write_text("2026-01-01 00:00:00 UTC")
+    return course
+
+
+@pytest.fixture(scope="module")
+def graded(tmp_path_factory):
+    course = reference_course(tmp_path_factory.mktemp("solutions"))
     # generous limits: what is measured here is the guard, not this machine's load
     summary = autograde(course, jobs=2, limits=Limits(cell_timeout=240, notebook_timeout=1200), progress=False)
     return course, summary

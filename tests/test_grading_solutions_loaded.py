@@ -14,38 +14,23 @@ met a time limit.
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 import sys
 
 import nbformat
 import pytest
+from test_grading_solutions import NOTEBOOKS, STUDENT, reference_course
 
 from grading.autograde import autograde
-from grading.coursedir import REPO_ROOT, Course
 from grading.measure import measured_tests
-from grading.release import release
 from grading.sanitize import is_test, nbgrader_meta
-
-NOTEBOOKS = sorted((REPO_ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
-STUDENT = "reference"
 
 pytestmark = pytest.mark.slow_grading  # every notebook on a loaded machine: several minutes
 
 
 @pytest.fixture(scope="module")
 def graded_under_load(tmp_path_factory):
-    if not NOTEBOOKS:
-        pytest.skip("no notebooks in notebooks/ yet")
-    tmp = tmp_path_factory.mktemp("loaded")
-    course = Course(root=tmp / "grading", notebooks=REPO_ROOT / "notebooks")
-    release(course)
-    shutil.copy(REPO_ROOT / "grading" / "course" / "capstone_referee.py", course.root / "capstone_referee.py")
-    for path in NOTEBOOKS:
-        folder = course.folder("submitted", path.stem, STUDENT)
-        folder.mkdir(parents=True)
-        shutil.copy(path, folder / path.name)
-        (folder / "timestamp.txt").write_text("2026-01-01 00:00:00 UTC")
+    course = reference_course(tmp_path_factory.mktemp("loaded"))
     busy = [
         subprocess.Popen([sys.executable, "-S", "-c", "while True: pass"]) for _ in range(2 * (os.cpu_count() or 1))
     ]

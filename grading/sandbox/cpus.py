@@ -74,6 +74,7 @@ __all__ = [
     "pause",
     "remove_group",
     "reserve",
+    "rmdir_when_empty",
 ]
 
 PARENT = "course-grading"  # the cgroup under each hierarchy's root that holds every grading job
@@ -200,7 +201,7 @@ def pausable_group(parent: Path) -> tuple[Path, Callable[[], None]]:
 
 def remove_group(group: Path) -> bool:
     """Remove a round process's freezer group once its processes are gone (killed ones take a moment)."""
-    return _remove(group, wait=2.0)
+    return rmdir_when_empty(group, wait=2.0)
 
 
 def pause(group: Path, frozen: bool, timeout: float = 5.0) -> bool:
@@ -245,7 +246,7 @@ def _empty(group: Path) -> bool:
         return True
 
 
-def _remove(group: Path, wait: float = 0.0) -> bool:
+def rmdir_when_empty(group: Path, wait: float = 0.0) -> bool:
     """rmdir ``group`` once it is empty (killed processes take a moment to leave); whether it is gone."""
     deadline = time.monotonic() + wait
     while True:
@@ -311,12 +312,12 @@ def _rebalance(parent: Path, keep: Path | None = None) -> set[int]:
     every = parse_cpus(_read(parent / "cpuset.cpus"))
     held: set[int] = set()
     for group in sorted(parent.glob("measure-*")):
-        if group != keep and _empty(group) and _remove(group):  # its worker died mid-measurement
+        if group != keep and _empty(group) and rmdir_when_empty(group):  # its worker died mid-measurement
             continue
         held |= parse_cpus(_read(group / "cpuset.cpus"))
     rest = every - held or every  # never empty: a measurement leaves one CPU to the rest
     for group in sorted(parent.glob("job-*")):
-        if group != keep and _empty(group) and _remove(group):  # its run has ended
+        if group != keep and _empty(group) and rmdir_when_empty(group):  # its run has ended
             continue
         with contextlib.suppress(OSError):
             _write(group / "cpuset.cpus", _cpus_text(rest))
@@ -327,7 +328,7 @@ def _share(shares: Path, keep: Path | None = None) -> Path:
     """``course-grading`` in the cpu hierarchy, weighing one process per job; stale job groups go. Lock held."""
     parent = shares / PARENT
     parent.mkdir(exist_ok=True)
-    jobs = [g for g in sorted(parent.glob("job-*")) if g == keep or not (_empty(g) and _remove(g))]
+    jobs = [g for g in sorted(parent.glob("job-*")) if g == keep or not (_empty(g) and rmdir_when_empty(g))]
     _write(parent / "cpu.shares", str(1024 * max(1, len(jobs))))
     return parent
 
@@ -362,7 +363,7 @@ def leave_jobs(level: str, uids: Iterable[int]) -> None:
         for hierarchy in (iso.cpuset, iso.shares):
             if hierarchy is not None and (hierarchy / PARENT).is_dir():
                 for uid in uids:
-                    _remove(hierarchy / PARENT / f"job-{uid}", wait=1.0)
+                    rmdir_when_empty(hierarchy / PARENT / f"job-{uid}", wait=1.0)
         if iso.cpuset is not None:
             _rebalance(_cpuset_parent(iso.cpuset))
         if iso.shares is not None:
@@ -458,7 +459,7 @@ def reserve(level: str, slot: int, uid: int | None, wait: float) -> Iterator[Res
         yield reservation
     finally:
         if reservation.freezer is not None:  # its round processes' groups are gone with them
-            _remove(reservation.freezer, wait=2.0)
+            rmdir_when_empty(reservation.freezer, wait=2.0)
         with _locked():  # back where this process was (a worker: its job's cgroup, recreated if pruned meanwhile)
             for hierarchy, (group, back) in groups.items():
                 if back.parent.name == PARENT and not back.is_dir():  # a job's group, pruned while it was empty
@@ -468,7 +469,7 @@ def reserve(level: str, slot: int, uid: int | None, wait: float) -> Iterator[Res
                         _rebalance(back.parent, keep=back)
                 _enter(back)
                 if group != hierarchy:  # (the cpu hierarchy's root stays)
-                    _remove(group, wait=2.0)
+                    rmdir_when_empty(group, wait=2.0)
             if held is not None:
                 _rebalance(held.parent)
 

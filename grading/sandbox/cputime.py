@@ -36,6 +36,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from grading.sandbox.cpus import rmdir_when_empty
+
 __all__ = ["CellClock", "CpuAccount", "Mark", "account"]
 
 PARENT = "course-grading"  # where a kernel's group goes when this process sits in a hierarchy's root
@@ -117,7 +119,7 @@ class CpuAccount:
                 inside = False
             if not inside:
                 group, self.group = self.group, None
-                _remove(group, wait=0.0)
+                rmdir_when_empty(group, wait=0.0)
         self.used()
 
     def used(self) -> float:
@@ -169,7 +171,7 @@ class CpuAccount:
         """The kernel is gone: remove its group (killed processes take a moment to leave); ``used`` stays as it is."""
         group, self.group, self._pid = self.group, None, None
         if group is not None:
-            _remove(group, wait=2.0)
+            rmdir_when_empty(group, wait=2.0)
 
 
 def _survivor(pid: int, before: dict[int, _Process], now: dict[int, _Process]) -> int | None:
@@ -182,20 +184,6 @@ def _survivor(pid: int, before: dict[int, _Process], now: dict[int, _Process]) -
             return parent
         pid = parent
     return None
-
-
-def _remove(group: Path, wait: float) -> bool:
-    deadline = time.monotonic() + wait
-    while True:
-        try:
-            group.rmdir()
-            return True
-        except FileNotFoundError:
-            return True
-        except OSError:
-            if time.monotonic() >= deadline:
-                return False
-            time.sleep(0.02)
 
 
 def _hierarchies() -> list[tuple[Path, str, Callable[[Path], float]]]:
@@ -244,7 +232,7 @@ def _prune(parent: Path) -> None:
     for group in parent.glob("kernel-*-*"):
         owner = group.name.split("-")[1]
         if owner.isdigit() and (int(owner) == os.getpid() or not Path(f"/proc/{owner}").exists()):
-            _remove(group, wait=0.0)
+            rmdir_when_empty(group, wait=0.0)
 
 
 @dataclass(frozen=True)
