@@ -113,7 +113,7 @@ def torchao_problem(torch_version: str, torchao_version: str | None) -> str | No
         return (
             f"torch {torch_version} is too old for torchao {TORCHAO_VERSION}, which needs torch >= {needed} "
             f"(with an older torch it skips its C++ kernels). Install torch >= {needed}; the course runs on "
-            f"torch 2.11 to 2.13."
+            f"torch 2.11 to 2.15."
         )
     if _major_minor(torchao_version) < _major_minor(TORCHAO_VERSION):
         return (
