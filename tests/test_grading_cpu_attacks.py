@@ -140,6 +140,15 @@ def _burner_notes(course: Course, student: str) -> dict:
     return json.loads(line.removeprefix("BURNERS "))
 
 
+def _cpu_limit_notes(course: Course, student: str) -> list[str]:
+    """The student's grading notes that say a cell exceeded its (CPU) time limit."""
+    import nbformat
+
+    nb = nbformat.read(course.folder("autograded", NAME, student) / f"{NAME}.ipynb", as_version=4)
+    notes = nb.cells[0].source if nb.cells and nb.cells[0].get("id", "").startswith("grading-notes") else ""
+    return [line for line in notes.splitlines() if "exceeded its" in line and "time limit" in line]
+
+
 def _score(course: Course, student: str) -> tuple[float, float]:
     with course.gradebook() as gb:
         submission = gb.find_submission_notebook(NAME, NAME, student)
@@ -188,10 +197,16 @@ def test_150_burners_beside_a_learner_cost_them_nothing(tmp_path):
     assert "a CPU of its own" in report
     score, max_score = _score(course, "victim")
     assert score == max_score  # the notebook's other tests too: its kernel got its share of the CPUs
-    # Every burner ran (and wrote its notes). The saboteur's own kernel competes with its 150 burners: when one
-    # of its cells then runs past the cell time limit, the fresh kernel replays the burner cell, and 150 more start.
-    notes = _burner_notes(course, "saboteur")
-    assert notes["count"] >= 150 and notes["count"] % 150 == 0 and notes["pinned"] > 0, notes
+    # The attack was real: a cell's time limit counts the CPU time of its kernel and every process it started,
+    # so the saboteur's burner cell, which itself only sleeps, is stopped at its CPU-time limit by its 150
+    # burners' time (the grading notes say so); on a machine where they stay under it, every burner ran and
+    # reported (and a fresh kernel that replays the burner cell starts 150 more).
+    stopped = _cpu_limit_notes(course, "saboteur")
+    if stopped:
+        assert any("of CPU time" in note for note in stopped), stopped
+    else:
+        notes = _burner_notes(course, "saboteur")
+        assert notes["count"] >= 150 and notes["count"] % 150 == 0 and notes["pinned"] > 0, notes
 
 
 DATALOADER = """
