@@ -311,6 +311,12 @@ _COLUMNS_JS = """(grid) => [...grid.children].map(column => {
 })"""
 
 
+# Resolves once every figure of the element has loaded or failed (or after 10 s): then `complete` says which.
+_IMAGES_SETTLED_JS = """(element) => Promise.all([...element.querySelectorAll('img')].map(image => image.complete
+    ? null : new Promise(done => { image.addEventListener('load', done); image.addEventListener('error', done);
+                                    setTimeout(done, 10000); })))"""
+
+
 async def _check_side_by_side(base: str, profile: Path, stem: str) -> dict:
     seen: dict = {"requests": []}
     async with chromium(profile) as context:
@@ -324,6 +330,7 @@ async def _check_side_by_side(base: str, profile: Path, stem: str) -> dict:
         figure = page.locator("div.outputs-by-machine:has(.kept-run img)").first
         grid = figure if await figure.count() else grids.first
         await grid.evaluate("element => element.scrollIntoView({block: 'center'})")
+        await grid.evaluate(_IMAGES_SETTLED_JS)  # the figures are lazy: they load once scrolled into view
         seen["columns"] = await grid.evaluate(_COLUMNS_JS)
         await page.screenshot(path=str(SHOTS / f"site-{stem}-machines.png"))
     return seen
