@@ -45,6 +45,19 @@ def reference_course(tmp) -> Course:
     return course
 
 
+def failed_tests(course: Course, path) -> list[str]:
+    """The errors of the autograded notebook's test cells, measured tests (decided outside the kernel) aside."""
+    nb = nbformat.read(course.folder("autograded", path.stem, STUDENT) / path.name, as_version=4)
+    measured = {m["grade_id"] for m in measured_tests(nb, course.root)[0]}
+    return [
+        f"{path.stem} `{nbgrader_meta(cell).get('grade_id')}`: {output['ename']}: {output['evalue']}"
+        for cell in nb.cells
+        if is_test(cell) and nbgrader_meta(cell).get("grade_id") not in measured
+        for output in cell.outputs
+        if output.get("output_type") == "error"
+    ]
+
+
 @pytest.fixture(scope="module")
 def graded(tmp_path_factory):
     course = reference_course(tmp_path_factory.mktemp("solutions"))
@@ -61,14 +74,7 @@ def test_the_reference_solution_scores_every_point(graded, path):
     assert not result.grader_error, notes
     assert "the submission" not in notes, notes  # no verdict of tampering
     assert "hidden lines" not in notes, notes  # what the notebook prints shows no hidden test (leaks.py)
-    nb = nbformat.read(course.folder("autograded", path.stem, STUDENT) / path.name, as_version=4)
-    measured = {m["grade_id"] for m in measured_tests(nb, course.root)[0]}
-    for cell in nb.cells:
-        name = nbgrader_meta(cell).get("grade_id")
-        if not is_test(cell) or name in measured:
-            continue
-        errors = [f"{o['ename']}: {o['evalue']}" for o in cell.outputs if o.get("output_type") == "error"]
-        assert not errors, f"{path.stem} `{name}`: {errors}"
+    assert not failed_tests(course, path), failed_tests(course, path)
 
 
 def test_one_wrong_exercise_costs_its_own_points_only_and_accuses_no_one(tmp_path):
