@@ -15,7 +15,7 @@ TEST_JOBS ?= 2
 # Jupyter refuses to run as root unless told; containers and CI machines often are root.
 ROOT_FLAG := $(if $(filter 0,$(shell id -u)),--allow-root)
 
-.PHONY: lab lab-instructor workspace test grading-test colab-test browser-test chromium site install lint release grade-benchmark coordinator-benchmark capstone-benchmark gpu-check set-repo-url clean
+.PHONY: lab lab-instructor workspace test test-fast grading-test colab-test browser-test chromium site install lint release grade-benchmark coordinator-benchmark capstone-benchmark gpu-check set-repo-url clean
 
 # Two distributions, both editable: course_utils (this folder's pyproject.toml, what notebooks import)
 # and the grader (grading/pyproject.toml, the `course` command).
@@ -41,14 +41,22 @@ lab-instructor: $(STAMP)  ## open JupyterLab on notebooks/ (solutions, hidden te
 
 test: $(STAMP)  ## lint, check notebooks, run unit tests and every notebook (small sizes)
 	$(BIN)/ruff check course_utils grading tools tests notebooks docs
+	$(BIN)/mypy
 	$(BIN)/nbstripout --verify notebooks/*.ipynb
-	COURSE_QUICK=1 $(BIN)/pytest $(if $(filter-out 1,$(TEST_JOBS)),-n $(TEST_JOBS) --dist loadfile) -m "not slow_grading" $(PYTEST_ARGS)
+	COURSE_QUICK=1 $(BIN)/pytest $(if $(filter-out 1,$(TEST_JOBS)),-n $(TEST_JOBS) --dist loadgroup) -m "not slow_grading" $(PYTEST_ARGS)
+
+# `make test-fast`: what to run after changing a module (README.md, Testing). The unit tests only: the doctests
+# and tests/course_utils, tests/grading, tests/tools, tests/project; no notebooks, no tests/grading_end_to_end,
+# nothing marked slow_grading or slow (a unit test that starts kernels or servers for seconds).
+FAST_TESTS := course_utils grading tools/gpu_check.py tests/course_utils tests/grading tests/tools tests/project
+test-fast: lint  ## ruff, mypy and the unit tests (no notebooks, no end-to-end grading): under a minute on 2 quiet cores
+	COURSE_QUICK=1 $(BIN)/pytest $(if $(filter-out 1,$(TEST_JOBS)),-n $(TEST_JOBS) --dist loadgroup) -m "not slow_grading and not slow" $(FAST_TESTS) $(PYTEST_ARGS)
 
 grading-test: $(STAMP)  ## the slow grading tests: notebook 12's exploit corpus, a Dask cluster, a PostgreSQL gradebook, nbgrader fidelity
-	COURSE_QUICK=1 $(BIN)/pytest $(if $(filter-out 1,$(TEST_JOBS)),-n $(TEST_JOBS) --dist loadfile) -m slow_grading $(PYTEST_ARGS)
+	COURSE_QUICK=1 $(BIN)/pytest $(if $(filter-out 1,$(TEST_JOBS)),-n $(TEST_JOBS) --dist loadgroup) -m slow_grading $(PYTEST_ARGS)
 
 colab-test: $(STAMP)  ## the Colab path: a fresh venv with only what Colab ships, each student notebook's setup cell, then the notebook
-	COURSE_COLAB_TEST=1 $(BIN)/pytest tests/test_colab.py $(PYTEST_ARGS)
+	COURSE_COLAB_TEST=1 $(BIN)/pytest tests/notebooks/test_colab.py $(PYTEST_ARGS)
 
 # The site's notebooks run at build time on this machine's CPU, at the test suite's small sizes
 # unless SITE_QUICK=0; MyST-NB caches the runs in build/site/jupyter_cache.
@@ -59,7 +67,7 @@ site: $(STAMP)  ## the course site in build/site/html (Sphinx + MyST-NB, offline
 # `make browser-test` drives Debian's chromium with Playwright; `make chromium` installs it when missing.
 BROWSER_SHOTS ?= build/browser-test
 browser-test: chromium site  ## every notebook in JupyterLab in headless Chromium (learner's and solved), the site, and the formgrader on a hostile submission; screenshots in build/browser-test/
-	COURSE_BROWSER_TEST=1 BROWSER_TEST_SHOTS="$(abspath $(BROWSER_SHOTS))" $(BIN)/pytest tests/test_browser.py tests/test_browser_formgrader.py $(PYTEST_ARGS); \
+	COURSE_BROWSER_TEST=1 BROWSER_TEST_SHOTS="$(abspath $(BROWSER_SHOTS))" $(BIN)/pytest tests/notebooks/test_browser.py tests/grading_end_to_end/test_browser_formgrader.py $(PYTEST_ARGS); \
 	  status=$$?; echo "browser-test: screenshots in $(BROWSER_SHOTS)/ (summary.txt: seconds per notebook)"; exit $$status
 
 chromium:  ## Debian's chromium on PATH for the browser test: installed with apt-get (as root) when missing
@@ -75,8 +83,9 @@ chromium:  ## Debian's chromium on PATH for the browser test: installed with apt
 	  fi; }
 	@command -v chromium >/dev/null 2>&1 || { echo "chromium: apt-get finished but there is still no chromium on PATH"; exit 1; }
 
-lint: $(STAMP)  ## ruff only
+lint: $(STAMP)  ## ruff and mypy (both configured in pyproject.toml)
 	$(BIN)/ruff check course_utils grading tools tests notebooks docs
+	$(BIN)/mypy
 
 release: $(STAMP)  ## regenerate the student versions in grading/course/release/ from notebooks/
 	$(BIN)/course release
@@ -93,7 +102,7 @@ capstone-benchmark: $(STAMP)  ## notebook 12's measured grade for four answers, 
 # The GPU check uses the Python at hand (a GPU machine's own CUDA build of torch), not .venv.
 GPU_PYTHON ?= python3
 gpu-check:  ## every notebook top to bottom at GPU sizes, one at a time, saying if another process uses the GPU; results in gpu-check/ (GPU_CHECK_ARGS=--keep: also keep the run in notebooks/gpu-runs/)
-	$(GPU_PYTHON) tests/gpu_check.py $(GPU_CHECK_ARGS)
+	$(GPU_PYTHON) tools/gpu_check.py $(GPU_CHECK_ARGS)
 
 set-repo-url: $(STAMP)  ## for a fork: make set-repo-url URL=https://github.com/OWNER/NAME (rewrites every link), then commit
 	@test -n "$(URL)" || { echo "usage: make set-repo-url URL=https://github.com/OWNER/NAME"; exit 2; }

@@ -39,9 +39,25 @@ def _is_xdist_worker(config: pytest.Config) -> bool:
     return hasattr(config, "workerinput")
 
 
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist's worker reads the groups
 def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config, items: list[pytest.Item]) -> None:
     if not _is_xdist_worker(config):  # with pytest-xdist, the controller checks (below): workers run a share
         _expect(config.rootpath, [item.nodeid for item in items])
+    _group_by_file(items)
+
+
+def _group_by_file(items: list[pytest.Item]) -> None:
+    """Keep each file's tests on one pytest-xdist worker, except those marked ``independent``.
+
+    ``make test`` distributes with ``--dist loadgroup``: a notebook's cells, and a file's
+    module-scoped fixtures (a graded course, a cluster), must stay on one worker, so every
+    test is grouped by its file. A file whose tests each stand alone (each runs a whole
+    notebook, say) is marked ``independent`` and its tests are shared out one by one, so no
+    worker is left with all of them.
+    """
+    for item in items:
+        if item.get_closest_marker("independent") is None:
+            item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::", 1)[0]))
 
 
 @pytest.hookimpl(optionalhook=True)

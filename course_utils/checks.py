@@ -43,18 +43,18 @@ def _article(word: str) -> str:
     return "an" if word[:1].lower() in "aeiou" else "a"
 
 
-def _true_int(value: object) -> int:
+def _true_int(value: numbers.Integral) -> int:
     """The integer ``value`` holds, without calling an ``int`` subclass's own ``__int__``."""
-    return int.__int__(value) if isinstance(value, int) else int(value)  # type: ignore[call-overload]
+    return int.__int__(value) if isinstance(value, int) else int(value)
 
 
-def _true_float(value: object) -> float:
+def _true_float(value: numbers.Real) -> float:
     """The number ``value`` holds, without calling a ``float``/``int`` subclass's own conversion."""
     if isinstance(value, float):
         return float.__float__(value)
     if isinstance(value, int):
         return float(int.__int__(value))
-    return float(value)  # type: ignore[arg-type]
+    return float(value)
 
 
 def check_int(value: object, expected: int, name: str) -> None:
@@ -158,7 +158,7 @@ def _qualified_name(obj: object) -> str:
     if isinstance(obj, (torch._ops.OpOverloadPacket, torch._ops.OpOverload)):
         return f"torch.ops.{obj}"  # str() is "aten.native_batch_norm" (".default" for an overload)
     module = getattr(obj, "__module__", None) or getattr(getattr(obj, "__objclass__", None), "__module__", "")
-    name = getattr(obj, "__qualname__", None) or getattr(obj, "__name__", repr(obj))
+    name = getattr(obj, "__qualname__", "") or getattr(obj, "__name__", repr(obj))
     return f"{module}.{name}" if module else name
 
 

@@ -13,6 +13,7 @@ import math
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import torch
@@ -111,7 +112,7 @@ def make_loader(
     *,
     shuffle: bool = True,
     seed: int = 0,
-    **loader_options: object,
+    **loader_options: Any,
 ) -> DataLoader:
     """A ``DataLoader`` over ``(X, y)`` whose shuffling order is fixed by ``seed``."""
     generator = torch.Generator().manual_seed(seed)
@@ -250,7 +251,8 @@ def reseed_worker_generator(worker_id: int) -> None:
     info = get_worker_info()
     if info is None:
         raise RuntimeError("reseed_worker_generator runs in DataLoader workers only (as worker_init_fn)")
-    info.dataset.rng = np.random.default_rng(info.seed)
+    # Any data set gets the attribute (NoisyDataset reads it); the type Dataset declares no ``rng``.
+    info.dataset.rng = np.random.default_rng(info.seed)  # type: ignore[attr-defined]
 
 
 class RangeStream(IterableDataset):

@@ -13,15 +13,10 @@ import platform
 
 import torch
 
-__all__ = [
-    "choose_device",
-    "describe_environment",
-    "device_name",
-    "float32_precision_settings",
-    "format_environment",
-    "pick_device",
-    "synchronize",
-]
+from course_utils import _EXPORTS
+
+__all__ = list(_EXPORTS["device"])
+"""Every public name here is re-exported by the package: the one list is the package's (``_EXPORTS``)."""
 
 
 def choose_device(cuda_available: bool, mps_available: bool, prefer: str | None = None) -> str:
@@ -130,7 +125,8 @@ def float32_precision_settings() -> dict[str, str]:
     """
     return {
         "fp32 matmul precision": torch.backends.cuda.matmul.fp32_precision,
-        "fp32 conv precision": torch.backends.cudnn.conv.fp32_precision,
+        # torch.backends.cudnn adds ``conv`` at import (a module wrapper); its stubs lack it
+        "fp32 conv precision": torch.backends.cudnn.conv.fp32_precision,  # type: ignore[attr-defined]
     }
 
 

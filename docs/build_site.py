@@ -43,11 +43,12 @@ from nbformat import NotebookNode
 
 from course_utils.env import quick_mode
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tools"))  # the maintainers' scripts
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the maintainers' scripts, as tools.X
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # the site's own Sphinx extension (kept_runs)
-from gpu_runs import KeptRun, kept_runs
 from kept_runs import RUNS_PAGE, prepare_page, run_label, run_target
-from repo_url import colab_url, repository_url
+
+from tools.gpu_runs import KeptRun, kept_runs
+from tools.repo_url import colab_url, repository_url
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs"
@@ -170,9 +171,9 @@ def runs_page(runs: list[KeptRun], pages: dict[str, str], root: Path = ROOT) -> 
         "# Kept GPU runs\n",
         "What the course's notebooks printed on a GPU, kept in the repository (`notebooks/gpu-runs/`) so that "
         "a learner without one reads what a datacenter GPU prints, and so that the course's sentences about GPUs "
-        "are checked against it (`tests/test_gpu_claims.py`). Each notebook page shows a run's outputs beside the "
-        "site's own build. A run printed the code of its commit: where a cell changed since, its page says so. "
-        "`python tests/gpu_check.py --keep` on a GPU machine adds a run (CONTRIBUTING.md).\n",
+        "are checked against it (`tests/notebooks/test_gpu_claims.py`). Each notebook page shows a run's outputs "
+        "beside the site's own build. A run printed the code of its commit: where a cell changed since, its page "
+        "says so. `python tools/gpu_check.py --keep` on a GPU machine adds a run (CONTRIBUTING.md).\n",
     ]
     for run in runs:
         info = run.info

@@ -10,7 +10,7 @@ from the ``jupyter-server-mathjax`` wheel (``_static/mathjax``, copied by the bu
 import json
 from pathlib import Path
 
-from repo_url import repository_url
+from tools.repo_url import repository_url
 
 SITE = Path(__file__).resolve().parents[1]  # build/site: src/ (this file), html/, jupyter_cache/
 

@@ -35,9 +35,10 @@ import re
 from collections.abc import Callable
 from pathlib import Path
 
-from gpu_runs import KeptRun
 from nbformat import NotebookNode
 from nbformat.v4 import new_markdown_cell
+
+from tools.gpu_runs import KeptRun
 
 ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 IMAGES = {"image/png": "png", "image/jpeg": "jpg"}

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from grading.coursedir import CourseError
+from grading.errors import CourseError
 
 __all__ = ["FOLDER_NAME", "ROLES", "Certificates", "make_certificates", "security"]
 
@@ -93,13 +93,13 @@ def make_certificates(folder: Path, course_id: str, days: int = 365, replace: bo
         )
     folder.mkdir(mode=0o700, parents=True, exist_ok=True)
     folder.chmod(0o700)
-    for name in existing:
-        (folder / name).unlink()
+    for stale in existing:
+        (folder / stale).unlink()
     ignore = folder / ".gitignore"
     if not ignore.exists():
         ignore.write_text("# private keys of the course's Dask cluster: never commit them\n*\n")
 
-    now = datetime.datetime.now(datetime.timezone.utc)
+    now = datetime.datetime.now(datetime.UTC)
     pem = serialization.Encoding.PEM
 
     def key_bytes(key: Any) -> bytes:

@@ -22,10 +22,15 @@ import signal
 import sys
 import threading
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
-from grading.coursedir import CourseError, counted, default_course
+from grading.coursedir import Course, counted, default_course
+from grading.errors import CourseError
 from grading.sandbox.protections import Limits, detect
 from grading.untrusted import terminal_text
+
+if TYPE_CHECKING:
+    from grading.pool import Pool
 
 __all__ = ["main"]
 
@@ -54,8 +59,8 @@ def _add_limits(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def _limits(course, args: argparse.Namespace) -> Limits:
-    from grading.autograde import default_limits
+def _limits(course: Course, args: argparse.Namespace) -> Limits:
+    from grading.converter import default_limits
 
     return default_limits(
         course,
@@ -198,7 +203,7 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _release(course, args) -> int:
+def _release(course: Course, args: argparse.Namespace) -> int:
     from grading.release import release, stale_releases
 
     if args.check:
@@ -210,7 +215,7 @@ def _release(course, args) -> int:
     return 0
 
 
-def _collect(course, args) -> int:
+def _collect(course: Course, args: argparse.Namespace) -> int:
     from grading.collect import collect
 
     report = collect(course, args.source, assignment=args.assignment, student_pattern=args.student_pattern)
@@ -222,7 +227,7 @@ def _collect(course, args) -> int:
     return 0
 
 
-def _security(course, args):  # -> distributed.Security | None
+def _security(course: Course, args: argparse.Namespace) -> Any:  # distributed.Security | None
     """The instructor's TLS side: ``--tls-certs``, else the course's ``cluster-certs/``, else Dask's configuration."""
     from grading.certificates import FOLDER_NAME, Certificates, security
 
@@ -234,10 +239,10 @@ def _security(course, args):  # -> distributed.Security | None
     from distributed.security import Security
 
     configured = Security()  # Dask's own configuration (distributed.comm.tls.*)
-    return configured if configured.tls_client_cert else None
+    return configured if getattr(configured, "tls_client_cert", None) else None  # set from the configuration
 
 
-def _cluster_certs(course, args) -> int:
+def _cluster_certs(course: Course, args: argparse.Namespace) -> int:
     from grading.certificates import FOLDER_NAME, instructions, make_certificates
 
     folder = args.out or course.root / FOLDER_NAME
@@ -246,18 +251,15 @@ def _cluster_certs(course, args) -> int:
     return 0
 
 
-def _pool(course, args):  # -> WorkerPool | ClusterPool, not yet started
-    """Where the notebooks run: this machine's grading workers, or a Dask cluster's (``--scheduler``)."""
+def _pool(course: Course, args: argparse.Namespace) -> Pool:
+    """Where the notebooks run (not yet started): this machine's grading workers, or a Dask cluster's."""
     if args.scheduler:
-        from grading.cluster import ClusterPool
+        from grading.cluster import ClusterPool, DaskMissing
 
         try:
             security = _security(course, args)
         except ImportError as error:
-            raise CourseError(
-                "grading on a cluster needs Dask: install the grader's `cluster` extra "
-                "(pip install 'course-grading[cluster]'; `make install` does)"
-            ) from error
+            raise DaskMissing() from error
         return ClusterPool(
             args.scheduler,
             args.sandbox,
@@ -266,21 +268,18 @@ def _pool(course, args):  # -> WorkerPool | ClusterPool, not yet started
             security=security,
             allow_plain=args.allow_plain_tcp,
         )
-    from grading.sandbox.worker import WorkerPool
+    from grading.sandbox.workers import WorkerPool
 
-    protections = detect(args.sandbox)
-    print(protections.describe(), file=sys.stderr)
-    return WorkerPool(args.jobs or 2, protections, Limits(), course.hidden_paths())
+    return WorkerPool(args.jobs or 2, detect(args.sandbox), Limits(), course.hidden_paths())
 
 
-def _autograde(course, args) -> int:
+def _autograde(course: Course, args: argparse.Namespace) -> int:
     if args.no_execute:
-        from grading.autograde import refuse_no_execute
+        from grading.converter import refuse_no_execute
 
         raise refuse_no_execute("--no-execute")
     with _pool(course, args) as pool:  # local workers start while we import; a cluster is checked first
-        if args.scheduler:
-            print(_lines(pool.describe()), file=sys.stderr)
+        print(_lines(pool.describe()), file=sys.stderr)
         from grading.autograde import autograde
 
         summary = autograde(
@@ -306,7 +305,7 @@ def _autograde(course, args) -> int:
     return 1 if summary.errors else 0
 
 
-def _feedback(course, args) -> int:
+def _feedback(course: Course, args: argparse.Namespace) -> int:
     from grading.feedback import feedback
 
     hide = not args.show_hidden_tests
@@ -336,7 +335,7 @@ def _feedback(course, args) -> int:
     return 0
 
 
-def _export(course, args) -> int:
+def _export(course: Course, args: argparse.Namespace) -> int:
     from grading.export import export
 
     result = export(
@@ -352,7 +351,7 @@ def _export(course, args) -> int:
     return 0
 
 
-def _extend(course, args) -> int:
+def _extend(course: Course, args: argparse.Namespace) -> int:
     from grading.extensions import extensions, grant, remove
 
     if args.list:
@@ -388,7 +387,7 @@ def _extend(course, args) -> int:
     return 0
 
 
-def _hand_grading(course, args) -> int:
+def _hand_grading(course: Course, args: argparse.Namespace) -> int:
     from grading.handgrade import export_hand_grading, import_hand_grading
 
     if args.action == "export":
@@ -400,7 +399,7 @@ def _hand_grading(course, args) -> int:
     return 0
 
 
-def _validate(course, args) -> int:
+def _validate(course: Course, args: argparse.Namespace) -> int:
     from grading.validate import validate
 
     if not args.notebook.is_file():
@@ -432,7 +431,7 @@ def main(argv: list[str] | None = None) -> int:
     # jsonschema (under nbformat) imports rfc3987_syntax, if installed, to check "iri" formats that no
     # notebook schema uses; building its grammar costs about 1.5 s of CPU per process. The command and
     # its workers do without it (jsonschema then skips that format check).
-    sys.modules.setdefault("rfc3987_syntax", None)  # type: ignore[assignment]
+    sys.modules.setdefault("rfc3987_syntax", None)  # type: ignore[arg-type]  # None in sys.modules blocks an import
     parser = _parser()
     args = parser.parse_args(argv)
     if args.step == "autograde" and args.scheduler and args.jobs is not None:

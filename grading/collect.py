@@ -52,10 +52,11 @@ import zipfile
 import zlib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path, PurePosixPath
 
-from grading.coursedir import Course, CourseError
+from grading.coursedir import Course
+from grading.errors import CourseError
 from grading.sanitize import MAX_SUBMISSION_BYTES
 
 __all__ = ["CollectError", "Collected", "collect", "parse_name", "student_id", "zip_entry_name", "zip_entry_time"]
@@ -223,7 +224,7 @@ def _read_folder(folder: Path, student: str, assignment: str, origin: str, links
         files[str(path.relative_to(folder))] = read()
         newest = max(newest, info.st_mtime)
     stamp_text = files.pop("timestamp.txt", b"").decode("utf-8", "replace").strip() or None
-    when = datetime.fromtimestamp(newest, tz=timezone.utc)
+    when = datetime.fromtimestamp(newest, tz=UTC)
     if stamp_text:
         try:
             when = parse_utc(stamp_text)
@@ -231,7 +232,7 @@ def _read_folder(folder: Path, student: str, assignment: str, origin: str, links
             message = f"{folder}/timestamp.txt is not a time ({stamp_text[:40]!r}); nothing was collected"
             raise CollectError(message) from None
         if when.tzinfo is None:
-            when = when.replace(tzinfo=timezone.utc)
+            when = when.replace(tzinfo=UTC)
     return _Incoming(student, assignment, origin, when, files, stamp_text)
 
 
@@ -276,7 +277,7 @@ def _ntfs_time(field: bytes) -> datetime | None:
         if tag == 1 and size >= 8 and offset + 12 <= len(field):
             ticks = struct.unpack_from("<Q", field, offset + 4)[0]  # 100 ns since 1601-01-01 UTC
             try:
-                return datetime.fromtimestamp(ticks / 1e7 - _FILETIME_EPOCH, tz=timezone.utc)
+                return datetime.fromtimestamp(ticks / 1e7 - _FILETIME_EPOCH, tz=UTC)
             except (OverflowError, OSError, ValueError):
                 return None
         offset += 4 + size
@@ -294,9 +295,9 @@ def zip_entry_time(info: zipfile.ZipInfo) -> datetime:
     fields = _extra_fields(info.extra)
     extended = fields.get(_EXTENDED_TIMESTAMP_FIELD, b"")
     if len(extended) >= 5 and extended[0] & 1:  # flag bit 0: the modification time comes first
-        return datetime.fromtimestamp(struct.unpack_from("<I", extended, 1)[0], tz=timezone.utc)
+        return datetime.fromtimestamp(struct.unpack_from("<I", extended, 1)[0], tz=UTC)
     ntfs = _ntfs_time(fields.get(_NTFS_FIELD, b""))
-    return ntfs or datetime(*info.date_time, tzinfo=timezone.utc)
+    return ntfs or datetime(*info.date_time, tzinfo=UTC)
 
 
 def _flat_entries(source: Path, skip: list[Path], links: list[str]):
@@ -308,21 +309,21 @@ def _flat_entries(source: Path, skip: list[Path], links: list[str]):
         for path, info, read in _files_under(source, links, prune=tuple(skip)):
             if path.suffix != ".ipynb":
                 continue
-            stamp = datetime.fromtimestamp(info.st_mtime, tz=timezone.utc)
+            stamp = datetime.fromtimestamp(info.st_mtime, tz=UTC)
             size = info.st_size
             yield str(path.relative_to(source)), read() if size <= MAX_SUBMISSION_BYTES else b"", stamp, size
     elif zipfile.is_zipfile(source):
         with zipfile.ZipFile(source) as archive:
-            for info in archive.infolist():
-                name = zip_entry_name(info)
-                if stat.S_ISLNK(info.external_attr >> 16):  # a Unix mode in the high bits: a link entry
+            for entry in archive.infolist():
+                name = zip_entry_name(entry)
+                if stat.S_ISLNK(entry.external_attr >> 16):  # a Unix mode in the high bits: a link entry
                     links.append(name)
                     continue
-                if info.is_dir() or not name.endswith(".ipynb") or "__MACOSX" in name:
+                if entry.is_dir() or not name.endswith(".ipynb") or "__MACOSX" in name:
                     continue
-                small = info.file_size <= MAX_SUBMISSION_BYTES
-                data = archive.read(info)[: MAX_SUBMISSION_BYTES + 1] if small else b""
-                yield name, data, zip_entry_time(info), max(info.file_size, len(data))
+                small = entry.file_size <= MAX_SUBMISSION_BYTES
+                data = archive.read(entry)[: MAX_SUBMISSION_BYTES + 1] if small else b""
+                yield name, data, zip_entry_time(entry), max(entry.file_size, len(data))
     elif source.exists():
         raise CollectError(f"{source} is neither a folder nor a zip file")
     else:
@@ -388,7 +389,7 @@ def _existing(folder: Path) -> tuple[dict[str, bytes], datetime | None]:
     except (ValueError, OverflowError):
         when = None
     if when is not None and when.tzinfo is None:
-        when = when.replace(tzinfo=timezone.utc)
+        when = when.replace(tzinfo=UTC)
     return files, when
 
 
@@ -417,7 +418,7 @@ def collect(
     if not incoming:
         reasons = "; ".join(r.note for r in report[:5]) or "no notebooks found"
         raise CollectError(f"nothing to collect from {source}: {reasons}")
-    replaced = course.root / "submitted_replaced" / datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S")
+    replaced = course.root / "submitted_replaced" / datetime.now(UTC).strftime("%Y%m%dT%H%M%S")
     for (student, name), entry in sorted(incoming.items()):
         folder = course.folder("submitted", name, student)
         if folder.exists():

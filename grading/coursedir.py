@@ -26,7 +26,9 @@ from dataclasses import dataclass
 from difflib import get_close_matches
 from pathlib import Path
 
-from traitlets.config import Config
+from traitlets.config import Config, Configurable
+
+from grading.errors import CourseError
 
 __all__ = ["REPO_ROOT", "Course", "CourseError", "config_problems", "counted", "default_course", "load_config"]
 
@@ -34,10 +36,6 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 REPO_COURSE = REPO_ROOT / "grading" / "course"
 """This repository's own course directory: its config and the student versions it tracks."""
 CONFIG_FILE = "nbgrader_config.py"
-
-
-class CourseError(RuntimeError):
-    """Something about the course directory the instructor can fix (the message says what)."""
 
 
 def counted(count: float, noun: str, plural: str | None = None) -> str:
@@ -98,15 +96,14 @@ def _translate_outdated(config: Config) -> list[str]:
     return problems
 
 
-def _configurables() -> dict[str, list[type]]:
+def _configurables() -> dict[str, list[type[Configurable]]]:
     """Every configurable class nbgrader's commands and ``course`` use, by name."""
     import nbgrader.apps  # noqa: F401  (imports every converter, preprocessor, plugin, exporter they use)
-    from traitlets.config import Configurable
 
-    import grading.feedback  # noqa: F401  (HideHiddenTests, TestResults)
+    from grading import feedback_preprocessors, safe_html  # noqa: F401  (HideHiddenTests, TestResults; SafeToRead)
 
-    found: dict[str, list[type]] = {}
-    todo = [Configurable]
+    found: dict[str, list[type[Configurable]]] = {}
+    todo: list[type[Configurable]] = [Configurable]
     while todo:
         cls = todo.pop()
         for sub in cls.__subclasses__():
@@ -116,7 +113,7 @@ def _configurables() -> dict[str, list[type]]:
     return found
 
 
-def _options(classes: list[type]) -> set[str]:
+def _options(classes: list[type[Configurable]]) -> set[str]:
     """The options a section sets: the configurable traits of its classes and of their subclasses."""
     names: set[str] = set()
     todo = list(classes)

@@ -67,7 +67,8 @@ from functools import cached_property
 from pathlib import Path
 
 from grading.collect import student_id
-from grading.coursedir import Course, CourseError, counted
+from grading.coursedir import Course, counted
+from grading.errors import CourseError
 from grading.untrusted import csv_cell
 
 __all__ = ["CANVAS_IDENTITY", "LMS", "Exported", "export"]
@@ -143,7 +144,7 @@ def _graded(course: Course, student: str, assignment: str) -> bool:
 
 def _book(course: Course, only: list[str] | None) -> _Book:
     """The graded submissions of the assignments to export (``only``, else every one graded so far)."""
-    now = datetime.datetime.now(datetime.timezone.utc).replace(tzinfo=None)  # nbgrader stores naive UTC
+    now = datetime.datetime.now(datetime.UTC).replace(tzinfo=None)  # nbgrader stores naive UTC
     with course.gradebook() as gb:
         released = sorted(a.name for a in gb.assignments)
         unknown = [a for a in only or [] if a not in released]

@@ -35,7 +35,8 @@ import datetime
 import warnings
 from dataclasses import dataclass
 
-from grading.coursedir import Course, CourseError, counted
+from grading.coursedir import Course, counted
+from grading.errors import CourseError
 
 __all__ = ["Extension", "extensions", "grant", "remove"]
 

@@ -36,7 +36,8 @@ from pathlib import Path
 
 import nbformat
 
-from grading.coursedir import Course, CourseError, counted
+from grading.coursedir import Course, counted
+from grading.errors import CourseError
 from grading.untrusted import csv_cell
 
 __all__ = ["COLUMNS", "Imported", "export_hand_grading", "import_hand_grading"]
@@ -229,10 +230,11 @@ def _read(path: Path, problems: list[str]) -> list[_Entry]:
             return []
         for row in reader:
             where = f"{path.name}, line {reader.line_num}"
-            key = tuple(_text((row.get(c) or "").strip()) for c in _KEY)
+            student, assignment, notebook, cell = (_text((row.get(c) or "").strip()) for c in _KEY)
+            key = (student, assignment, notebook, cell)
             raw_score, comment = (row.get("score") or "").strip(), _text(row.get("comment") or "")
             if not raw_score and not comment.strip():
-                entries.append(_Entry(where, key, None, None))  # type: ignore[arg-type]
+                entries.append(_Entry(where, key, None, None))
                 continue
             score = None
             if raw_score:
@@ -244,7 +246,7 @@ def _read(path: Path, problems: list[str]) -> list[_Entry]:
                 if not math.isfinite(score):
                     problems.append(f"{where}: score {raw_score!r} is not a number")
                     continue
-            entries.append(_Entry(where, key, score, comment))  # type: ignore[arg-type]
+            entries.append(_Entry(where, key, score, comment))
     return entries
 
 

@@ -7,11 +7,12 @@ instructor's cells (``SourceNotebook``), nbgrader's configured preprocessors as 
 assignment's definitions in a gradebook of its own (``snapshot_gradebook``). With it, anywhere (a cluster's worker,
 or the coordinator when it grades on this machine):
 
-* ``prepare(job, recipe, ...)``: the submitted bytes become the notebook to run
-  (``sanitize.prepare`` with nbgrader's ``sanitize_preprocessors`` and the
-  ``autograde_preprocessors`` before ``Execute``), and the grading worker's job
-  (``WorkerPool.submit``'s dict) or None when it cannot run;
-* ``finish(prepared, result, recipe)``: the executed notebook (or the worker's error) loses
+* ``prepare(job, recipe, ...)``: the submitted bytes (a ``jobs.NotebookJob``) become the
+  notebook to run (``sanitize.sanitize_and_harden`` with nbgrader's ``sanitize_preprocessors`` and the
+  ``autograde_preprocessors`` before ``Execute``), and the pool's ``jobs.Task`` for it, or
+  None when it cannot run;
+* ``finish(prepared, result, recipe)``: the executed notebook (the pool's ``jobs.Result``,
+  or the worker's error) loses
   the grader's cells, goes through the ``autograde_preprocessors`` after ``Execute``, and
   becomes an ``Outcome``: the autograded notebook's text, grading notes on top, and what
   nbgrader's ``SaveAutoGrades`` would write for it (each grade cell's automatic score, each
@@ -34,12 +35,14 @@ import contextlib
 import pickle
 import secrets
 import tempfile
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
 import nbformat
 
+from grading.jobs import NotebookJob, Outcome, Result, Task
 from grading.safe_html import make_safe_to_read
 from grading.sandbox.execute import GRADER_PROBLEM
 from grading.sanitize import (
@@ -47,11 +50,11 @@ from grading.sanitize import (
     SourceNotebook,
     fail_all_tests,
     notes_cell,
+    sanitize_and_harden,
     stand_in,
     with_grader_cells,
     without_grader_cells,
 )
-from grading.sanitize import prepare as sanitize_and_harden
 
 __all__ = ["NotebookJob", "Outcome", "Recipe", "Step", "finish", "grader_error", "prepare", "snapshot_gradebook"]
 
@@ -89,6 +92,7 @@ class Step:
         return True
 
     def make(self) -> Any:
+        """A new preprocessor of this class, with these values."""
         from traitlets.utils.importstring import import_item
 
         return import_item(self.cls)(**self.values)
@@ -142,7 +146,7 @@ class Recipe:
 
     @classmethod
     def build(cls, course: Any, nbgrader: Any, spec: SourceNotebook, *, snapshot: bytes | None = None) -> Recipe:
-        """From the course and its nbgrader settings (``autograde._Nbgrader``); ``snapshot`` for a cluster."""
+        """From the course and its nbgrader settings (``converter.AutogradeConverter``); ``snapshot`` for a cluster."""
         from grading.measure import find_measured
 
         after, batched = _recording(nbgrader.after_execute)
@@ -205,39 +209,12 @@ def snapshot_gradebook(gb: Any, assignment: str) -> bytes:
         return path.read_bytes()
 
 
-@dataclass
-class NotebookJob:
-    """One submitted notebook to grade: who, what, its bytes, and notes the coordinator already has."""
-
-    student: str
-    assignment: str
-    notebook: str
-    data: bytes
-    notes: list[str] = field(default_factory=list)
-    autograded: str = ""  # the submission's autograded folder on the coordinator (nbgrader's resources)
-
-
-@dataclass
-class Outcome:
-    """A graded notebook: the autograded file's text and what the gradebook gets."""
-
-    text: str
-    notes: list[str]
-    seconds: float = 0.0
-    error: bool = False  # the grader (not the learner) failed on it
-    scores: dict[str, float | None] = field(default_factory=dict)  # grade_id -> auto score (SaveAutoGrades)
-    comments: dict[str, str | None] = field(default_factory=dict)  # grade_id -> auto comment (SaveAutoGrades)
-    recorded: bool = False  # SaveAutoGrades ran: ``scores`` and ``comments`` are to be written
-    manual: list[str] = field(default_factory=list)  # grade ids flagged for manual grading (unmeasured, leak review)
-    late: bool = False  # AssignLatePenalties ran after it: the coordinator applies the course's penalty
-
-
 def grader_error(notes: list[str]) -> bool:
     """Whether the notes say the grader itself failed (not the learner)."""
     return any(note.startswith(GRADER_PROBLEM) or note.startswith("Grader error") for note in notes)
 
 
-def _resources(job: NotebookJob, db_url: str) -> dict:
+def _resources(job: NotebookJob, db_url: str) -> dict[str, Any]:
     return {
         "nbgrader": {"student": job.student, "assignment": job.assignment, "notebook": job.notebook, "db_url": db_url},
         "metadata": {"path": job.autograded},
@@ -257,13 +234,13 @@ class _Made:
         return cls.cache[key]
 
 
-def prepare(job: NotebookJob, recipe: Recipe, db_url: str, referees: Path | None) -> tuple[Prepared, dict | None]:
-    """The notebook to run and the grading worker's job for it (None when it cannot run).
+def prepare(job: NotebookJob, recipe: Recipe, db_url: str, referees: Path | None) -> tuple[Prepared, Task | None]:
+    """The notebook to run and the pool's task for it (None when it cannot run).
 
     ``db_url`` is the gradebook the sanitizing preprocessors read (the course's, or the
     recipe's snapshot on a worker); ``referees`` the folder with the measured tests' referees
-    (the course directory, or where a worker wrote ``recipe.referees``). The job lacks only
-    ``files``, which the pool fills in.
+    (the course directory, or where a worker wrote ``recipe.referees``). The task lacks only
+    ``files``, which the caller fills in.
     """
     from grading.measure import measured_tests
 
@@ -280,7 +257,7 @@ def prepare(job: NotebookJob, recipe: Recipe, db_url: str, referees: Path | None
         return item, None
     measured, problems = measured_tests(item.nb, referees)  # test cells from the gradebook
     item.notes += problems
-    return item, {"nb": with_grader_cells(item.nb), "measured": measured}
+    return item, Task(with_grader_cells(item.nb), measured=tuple(measured))
 
 
 def _collector() -> Any:
@@ -310,11 +287,14 @@ def _collector() -> Any:
     return CollectAutoGrades()
 
 
-def finish(prepared: Prepared, result: dict | None, recipe: Recipe, job: NotebookJob, db_url: str) -> Outcome:
-    """The autograded notebook and its grades from the grading worker's ``result`` (None: it did not run).
+def finish(
+    prepared: Prepared, result: Result | Mapping[str, Any] | None, recipe: Recipe, job: NotebookJob, db_url: str
+) -> Outcome:
+    """The autograded notebook and its grades from the pool's ``result`` (None: it did not run).
 
-    On a batched recipe nothing is written to the gradebook here; on a legacy one nbgrader's
-    preprocessors record as they always do, into ``db_url`` (the coordinator's gradebook).
+    ``result`` may be a ``Result``'s dict form. On a batched recipe nothing is written to the
+    gradebook here; on a legacy one nbgrader's preprocessors record as they always do, into
+    ``db_url`` (the coordinator's gradebook).
     """
     from grading.measure import flag_unmeasured, unmeasured
     from grading.sandbox.leaks import flagged_for_review
@@ -324,29 +304,29 @@ def finish(prepared: Prepared, result: dict | None, recipe: Recipe, job: Noteboo
     if result is None:
         nb = prepared.nb
     else:
-        notes += result.get("notes", [])
-        seconds = float(result.get("seconds", 0.0))
-        if "nb" in result:
-            nb = nbformat.from_dict(result["nb"])
+        result = Result.of(result)
+        notes += result.notes
+        seconds = result.seconds
+        if result.nb is not None:
+            nb = nbformat.from_dict(result.nb)
         else:
-            nb = fail_all_tests(prepared.nb, f"grader error: {result['error']}")
-            notes.append(f"Grader error: {result['error']}.")
+            nb = fail_all_tests(prepared.nb, f"grader error: {result.error}")
+            notes.append(f"Grader error: {result.error}.")
     reviewed = flagged_for_review(nb)  # inconclusive hidden text in an output: read before the grader's metadata goes
     nb = without_grader_cells(nb, [])
-    outcome = Outcome("", notes, seconds)
     not_measured = unmeasured(nb)  # measured tests the grader could not measure: the instructor decides
     manual = list(dict.fromkeys([*not_measured, *reviewed]))
     resources = _resources(job, db_url)
     made = _Made.of(recipe, "after_execute")
+    recorded: dict[str, Any] = {}  # what SaveAutoGrades and AssignLatePenalties leave to the coordinator
     try:
         for step, preprocessor in zip(recipe.after_execute, made, strict=True):
             if step == _RECORD:
                 collect = _collector()
                 nb, resources = collect(nb, resources)
-                outcome.scores, outcome.comments, outcome.recorded = collect.scores, collect.comments, True
-                outcome.manual = manual
+                recorded.update(scores=collect.scores, comments=collect.comments, recorded=True, manual=manual)
             elif step == _LATE:
-                outcome.late = True
+                recorded["late"] = True
             else:
                 nb, resources = preprocessor(nb, resources)
         if not recipe.batched and manual:
@@ -355,10 +335,8 @@ def finish(prepared: Prepared, result: dict | None, recipe: Recipe, job: Noteboo
             with Gradebook(db_url) as gb:
                 flag_unmeasured(gb, manual, job.notebook, job.assignment, job.student)
     except Exception as error:  # the grades of this notebook may be incomplete: say so
-        outcome.notes = [*notes, f"{GRADER_PROBLEM}: recording the grades failed ({type(error).__name__}: {error})."]
+        notes = [*notes, f"{GRADER_PROBLEM}: recording the grades failed ({type(error).__name__}: {error})."]
     nb = make_safe_to_read(nb)  # after recording: what a person's browser renders of the learner's cells
-    if outcome.notes:
-        nb.cells.insert(0, notes_cell(outcome.notes, nb))
-    outcome.text = nbformat.writes(nb)
-    outcome.error = grader_error(outcome.notes)
-    return outcome
+    if notes:
+        nb.cells.insert(0, notes_cell(notes, nb))
+    return Outcome(nbformat.writes(nb), notes, seconds, error=grader_error(notes), **recorded)

@@ -18,7 +18,7 @@ instead of one commit per cell:
 * ``totals(submissions)``: each submission's score, maximum, late penalty and
   needs-manual-grade, read in one query (nbgrader's column properties).
 
-The values are those of nbgrader's preprocessors (``pipeline.Outcome`` carries what
+The values are those of nbgrader's preprocessors (``jobs.Outcome`` carries what
 ``SaveAutoGrades`` computes); only the batching is ours. A grade id the gradebook does not
 have, which nbgrader's ``find_grade`` would refuse, is reported in the returned notes.
 """
@@ -32,9 +32,9 @@ from typing import TYPE_CHECKING, Any
 from grading.sandbox.execute import GRADER_PROBLEM
 
 if TYPE_CHECKING:
-    from grading.autograde import Submission
     from grading.coursedir import Course
-    from grading.pipeline import Outcome
+    from grading.jobs import Outcome
+    from grading.submissions import Submission
 
 __all__ = ["Opened", "Recorder", "Totals"]
 

@@ -28,7 +28,8 @@ from pathlib import Path
 import nbformat
 from nbformat import NotebookNode
 
-from grading.coursedir import CONFIG_FILE, Course, CourseError
+from grading.coursedir import CONFIG_FILE, Course
+from grading.errors import CourseError
 
 __all__ = ["ReleaseError", "find_leaks", "misspelt_markers", "release", "secret_blocks", "stale_releases"]
 
@@ -131,7 +132,8 @@ def _near_miss(line: str, markers: list[str]) -> str | None:
     """
     if any(marker in line for marker in markers):  # nbgrader's test: the marker anywhere in the line
         return None
-    text = _normal(_COMMENT.match(line.strip()).group(1))
+    comment = _COMMENT.match(line.strip())  # every line matches: each part of the pattern is optional
+    text = _normal(comment.group(1) if comment else line.strip())
     for marker in markers:
         wanted = _normal(marker)
         if abs(len(text) - len(wanted)) <= _SLACK and SequenceMatcher(None, text, wanted).ratio() >= _NEAR:

@@ -2,8 +2,9 @@
 
 Contract: ``read_submission`` turns a file's bytes into a notebook or an honest reason why
 not (empty, too large, not UTF-8, not JSON, not a notebook); old nbformat versions are
-upgraded. ``prepare`` starts from that notebook, so everything the learner wrote stays:
-written answers, task cells, cells they added (run where they put them), and it then
+upgraded. ``sanitize_and_harden`` starts from that notebook, so everything the learner
+wrote stays: written answers, task cells, cells they added (run where they put them), and
+it then
 
 1. repairs nbgrader metadata nbgrader itself would choke on (damaged, from an old schema,
    naming a cell the gradebook does not know): such a cell becomes an ordinary cell,
@@ -24,6 +25,10 @@ adds (the preamble, a check before each test cell and a closing cell after it), 
 ``without_grader_cells`` removes again before the notes go on top. Each test cell restored
 from the gradebook is told which of its lines are hidden tests (``hidden_lines``): the
 guard scrubs them from the kernel, and the executor keeps them out of every output.
+
+The cells' roles, the grader's own cells and failing a test are in ``cells``; what the
+instructor's notebook says (``SourceNotebook``) is in ``source_notebook``. Their names stay
+importable from here.
 """
 
 from __future__ import annotations
@@ -35,59 +40,26 @@ from dataclasses import dataclass, field
 
 import nbformat
 from nbformat import NotebookNode
-from nbformat.v4 import new_code_cell, new_markdown_cell, new_output
+from nbformat.v4 import new_code_cell, new_markdown_cell
 
-from grading.guard import ROLE_KEY, closing, guard, preamble
-from grading.untrusted import markdown_text
+from grading.cells import fail_all_tests as fail_all_tests
+from grading.cells import fail_cell as fail_cell
+from grading.cells import hidden_lines as hidden_lines
+from grading.cells import is_test as is_test
+from grading.cells import nbgrader_meta as nbgrader_meta
+from grading.cells import notes_cell as notes_cell
+from grading.cells import role as role
+from grading.cells import with_grader_cells as with_grader_cells
+from grading.cells import without_grader_cells as without_grader_cells
+from grading.guard import ROLE_KEY
+from grading.source_notebook import SourceCell as SourceCell
+from grading.source_notebook import SourceNotebook as SourceNotebook
 
-__all__ = [
-    "MAX_SUBMISSION_BYTES",
-    "Prepared",
-    "SourceCell",
-    "SourceNotebook",
-    "changed_cells",
-    "fail_all_tests",
-    "fail_cell",
-    "hidden_lines",
-    "is_test",
-    "nbgrader_meta",
-    "notes_cell",
-    "prepare",
-    "read_submission",
-    "role",
-    "stand_in",
-    "with_grader_cells",
-    "without_grader_cells",
-]
+# Names imported ``as`` themselves are re-exported: they moved to ``cells`` and ``source_notebook``,
+# and the modules that import them from here keep doing so.
+__all__ = ["MAX_SUBMISSION_BYTES", "Prepared", "changed_cells", "read_submission", "sanitize_and_harden", "stand_in"]
 
 MAX_SUBMISSION_BYTES = 20 * 1024 * 1024
-
-
-def nbgrader_meta(cell: NotebookNode) -> dict:
-    meta = cell.get("metadata", {}).get("nbgrader", {})
-    return meta if isinstance(meta, dict) else {}
-
-
-def is_test(cell: NotebookNode) -> bool:
-    """An autograded test cell: code, graded, not an answer."""
-    meta = nbgrader_meta(cell)
-    return cell.get("cell_type") == "code" and bool(meta.get("grade")) and not meta.get("solution")
-
-
-def role(cell: NotebookNode) -> str | None:
-    """``preamble``, ``guard``, ``close`` or ``notes`` for the grader's own cells, else None.
-
-    Only the grader writes this metadata: ``prepare`` removes it from every submitted cell.
-    """
-    value = cell.get("metadata", {}).get(ROLE_KEY, {})
-    return value.get("role") if isinstance(value, dict) else None
-
-
-def hidden_lines(cell: NotebookNode) -> list[int]:
-    """The line numbers (from 0) of a test cell's hidden tests, as ``prepare`` recorded them."""
-    value = cell.get("metadata", {}).get(ROLE_KEY, {})
-    lines = value.get("hidden_lines", []) if isinstance(value, dict) else []
-    return [int(i) for i in lines if isinstance(i, int)]
 
 
 _HIDDEN_MARKERS = ("BEGIN HIDDEN TESTS", "END HIDDEN TESTS")  # nbgrader's default ClearHiddenTests delimiters
@@ -113,118 +85,6 @@ def _hidden(source: str, released: str | None) -> list[int]:
         if _HIDDEN_MARKERS[1] in line:
             inside = False
     return hidden
-
-
-@dataclass(frozen=True)
-class SourceCell:
-    """One cell of the instructor's notebook with nbgrader metadata, as the gradebook keeps it."""
-
-    name: str
-    cell_type: str
-    source: str
-    checksum: str | None
-    locked: bool
-    grade: bool = False
-    solution: bool = False
-    task: bool = False
-    points: float | None = None
-    released: str | None = None  # what the release showed of a locked cell (visible tests only), if known
-
-    @property
-    def is_test(self) -> bool:
-        return self.grade and not self.solution and self.cell_type == "code"
-
-    def metadata(self) -> dict:
-        meta = {
-            "grade": self.grade,
-            "grade_id": self.name,
-            "locked": self.locked,
-            "schema_version": 3,
-            "solution": self.solution,
-            "task": self.task,
-            "cell_type": self.cell_type,
-        }
-        if self.grade or self.task:
-            meta["points"] = self.points
-        if self.checksum:
-            meta["checksum"] = self.checksum
-        return meta
-
-
-@dataclass(frozen=True)
-class SourceNotebook:
-    """What the instructor's notebook says about its graded cells, in notebook order."""
-
-    assignment: str
-    name: str
-    cells: tuple[SourceCell, ...]
-    kernelspec: dict | None = None
-
-    def cell(self, name: str) -> SourceCell | None:
-        return next((c for c in self.cells if c.name == name), None)
-
-    @classmethod
-    def from_gradebook(cls, gb, assignment: str, notebook: str, release: NotebookNode | None = None) -> SourceNotebook:
-        """From nbgrader's gradebook (full tests, hidden ones included); ``release`` tells edited tests apart."""
-        released = {nbgrader_meta(c).get("grade_id"): c.source for c in release.cells} if release else {}
-        position = {name: index for index, name in enumerate(released)}
-        record = gb.find_notebook(notebook, assignment)
-        grades = {c.name: c for c in record.grade_cells}
-        solutions = {c.name for c in record.solution_cells}
-        tasks = {c.name: c for c in record.task_cells}
-        cells = []
-        # the gradebook keeps cells in insertion (notebook) order; the release, when at hand, confirms it
-        end = len(position)
-        for source in sorted(record.source_cells, key=lambda cell: position.get(cell.name, end)):
-            graded = grades.get(source.name) or tasks.get(source.name)
-            cells.append(
-                SourceCell(
-                    name=source.name,
-                    cell_type=source.cell_type,
-                    source=source.source,
-                    checksum=source.checksum,
-                    locked=bool(source.locked),
-                    grade=source.name in grades,
-                    solution=source.name in solutions,
-                    task=source.name in tasks,
-                    points=float(graded.max_score) if graded is not None else None,
-                    released=released.get(source.name) if source.locked else None,
-                )
-            )
-        kernelspec = json.loads(record.kernelspec) if record.kernelspec else None
-        return cls(assignment, notebook, tuple(cells), kernelspec)
-
-    @classmethod
-    def from_release(
-        cls, nb: NotebookNode, assignment: str, notebook: str, *, trust_sources: bool = True
-    ) -> SourceNotebook:
-        """From a released notebook (visible tests only: what a learner's machine has).
-
-        ``trust_sources=False`` reads a learner's own notebook: its cells are taken as they
-        are, and a changed locked cell shows only through its checksum (``nbgrader validate``).
-        """
-        from nbgrader import utils
-
-        cells = []
-        for cell in nb.cells:
-            meta = nbgrader_meta(cell)
-            if not meta.get("grade_id") or not any(meta.get(k) for k in ("grade", "solution", "locked", "task")):
-                continue
-            cells.append(
-                SourceCell(
-                    name=meta["grade_id"],
-                    cell_type=cell.cell_type,
-                    source=cell.source,
-                    checksum=meta.get("checksum"),
-                    locked=utils.is_locked(cell),
-                    grade=bool(meta.get("grade")),
-                    solution=bool(meta.get("solution")),
-                    task=bool(meta.get("task")),
-                    points=float(meta["points"]) if "points" in meta else None,
-                    released=cell.source if trust_sources and utils.is_locked(cell) else None,
-                )
-            )
-        return cls(assignment, notebook, tuple(cells), nb.metadata.get("kernelspec"))
 
 
 @dataclass
@@ -322,7 +182,7 @@ def changed_cells(nb: NotebookNode, spec: SourceNotebook) -> list[str]:
 
 def _number(value: object) -> float | None:
     try:
-        return float(value)  # type: ignore[arg-type]
+        return float(value)  # type: ignore[arg-type]  # any metadata value: what float() refuses is caught below
     except (TypeError, ValueError):
         return None
 
@@ -439,7 +299,7 @@ def _run_preprocessors(preprocessors: list, nb: NotebookNode, resources: dict) -
     return nb
 
 
-def prepare(
+def sanitize_and_harden(
     data: bytes, spec: SourceNotebook, sanitizers: list | None = None, resources: dict | None = None
 ) -> Prepared:
     """The notebook to grade from a submission's bytes; see the module docstring.
@@ -513,81 +373,3 @@ def stand_in(spec: SourceNotebook, reason: str) -> NotebookNode:
             cells.append(new_markdown_cell(source.source, metadata={"nbgrader": source.metadata()}))
     nb = nbformat.v4.new_notebook(cells=cells)
     return fail_all_tests(nb, reason)
-
-
-def _grader_cell(source: str, kind: str) -> NotebookNode:
-    return new_code_cell(source, metadata={ROLE_KEY: {"role": kind}})
-
-
-def with_grader_cells(nb: NotebookNode) -> NotebookNode:
-    """A copy with the preamble first, and a check before and a closing cell after each test cell."""
-    out = copy.deepcopy(nb)
-    cells = [_grader_cell(preamble([c.source for c in nb.cells if c.cell_type == "code"]), "preamble")]
-    for cell in out.cells:
-        if is_test(cell):
-            cells.append(_grader_cell(guard(len(cells), hidden_lines(cell)), "guard"))
-            cells.append(cell)
-            cells.append(_grader_cell(closing(len(cells)), "close"))
-        else:
-            cells.append(cell)
-    out.cells = cells
-    return out
-
-
-GRADER_ROLES = frozenset({"preamble", "guard", "close", "notes"})
-
-
-def without_grader_cells(nb: NotebookNode, notes: list[str]) -> NotebookNode:
-    """The grader's code cells and metadata removed, and the notes (if any) as a markdown cell on top."""
-    out = copy.deepcopy(nb)
-    out.cells = [c for c in out.cells if role(c) not in GRADER_ROLES]
-    for cell in out.cells:
-        cell.get("metadata", {}).pop(ROLE_KEY, None)
-    count = 0
-    for cell in out.cells:  # number the cells that ran 1, 2, ... as if the grader's had not been there
-        if cell.get("cell_type") == "code" and cell.get("execution_count") is not None:
-            count += 1
-            cell.execution_count = count
-            for output in cell.get("outputs", []):
-                if "execution_count" in output:
-                    output["execution_count"] = count
-    if notes:
-        out.cells.insert(0, notes_cell(notes, out))
-    return out
-
-
-NOTES_CELL_ID = "grading-notes"
-
-
-def notes_cell(notes: list[str], nb: NotebookNode | None = None) -> NotebookNode:
-    """The markdown cell of grading notes that goes on top of ``nb``.
-
-    Its id is fixed (``grading-notes``, or ``grading-notes-2``, ... when a cell of ``nb``
-    already has it), so two identical submissions give identical autograded files. Each
-    note is plain text (``untrusted.markdown_text``), never markup: a note quotes what a
-    submission controls (its kernelspec's name, cell names, error messages), so a backtick
-    or an HTML tag in it is shown as written wherever the cell is rendered.
-    """
-    text = "## Grading notes\n\n" + "\n".join(f"- {markdown_text(note)}" for note in notes)
-    cell = new_markdown_cell(text, metadata={ROLE_KEY: {"role": "notes"}})
-    taken = {c.get("id") for c in nb.cells} if nb is not None else set()
-    cell.id = next(name for n in range(1, len(taken) + 2) if (name := _numbered(NOTES_CELL_ID, n)) not in taken)
-    return cell
-
-
-def _numbered(name: str, n: int) -> str:
-    return name if n == 1 else f"{name}-{n}"
-
-
-def fail_cell(cell: NotebookNode, ename: str, message: str) -> None:
-    """Give ``cell`` one error output (its other errors removed): nbgrader scores a test with one as failed."""
-    cell.outputs = [o for o in cell.get("outputs", []) if o.get("output_type") != "error"]
-    cell.outputs.append(new_output("error", ename=ename, evalue=message, traceback=[f"{ename}: {message}"]))
-
-
-def fail_all_tests(nb: NotebookNode, reason: str) -> NotebookNode:
-    """Give every test cell an error output (for a submission that cannot be run)."""
-    for cell in nb.cells:
-        if is_test(cell):
-            cell.outputs = [new_output("error", ename="NotGraded", evalue=reason, traceback=[f"NotGraded: {reason}"])]
-    return nb

@@ -23,25 +23,26 @@ plain data (a stable interface for editor integrations such as a Validate button
 from __future__ import annotations
 
 import re
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 import nbformat
 
 from grading.coursedir import Course, counted
+from grading.jobs import Task
 from grading.measure import measured_tests
 from grading.sandbox.execute import GRADER_PROBLEM
 from grading.sandbox.protections import Limits, Protections, detect
-from grading.sandbox.worker import WorkerPool
+from grading.sandbox.workers import WorkerPool
 from grading.sanitize import (
     SourceNotebook,
     changed_cells,
     nbgrader_meta,
-    prepare,
     read_submission,
     with_grader_cells,
     without_grader_cells,
 )
+from grading.sanitize import sanitize_and_harden as prepare
 
 __all__ = ["CellVerdict", "Validation", "find_release", "validate"]
 
@@ -156,18 +157,21 @@ def validate(
     result.notes += [n for n in prepared.notes if "had been edited" not in n]
     protections = protections or detect()
     hide = course.hidden_paths() if course else []
-    job = {"nb": with_grader_cells(prepared.nb), "files": str(path.parent)}
+    task = Task(with_grader_cells(prepared.nb), files=str(path.parent))
     measured: set[str] = set()
     if release is not None:  # measured tests only from the release's test cells, never from the learner's file
-        job["measured"], problems = measured_tests(prepared.nb, course.root if course else None)
-        measured = {m["grade_id"] for m in job["measured"]}
+        tests, problems = measured_tests(prepared.nb, course.root if course else None)
+        task = replace(task, measured=tuple(tests))
+        measured = {m["grade_id"] for m in tests}
         result.notes += problems
-    [(_, outcome)] = list(WorkerPool(1, protections, limits or Limits(), hide).run([("nb", job)]))
-    if "error" in outcome:
-        result.notes.append(f"Grader error: {outcome['error']}")
+    with WorkerPool(1, protections, limits or Limits(), hide) as pool:
+        pool.submit("nb", task)
+        [(_, outcome)] = list(pool.results())
+    if outcome.nb is None:
+        result.notes.append(f"Grader error: {outcome.error}")
         return result
-    result.notes += outcome["notes"]
-    nb = without_grader_cells(nbformat.from_dict(outcome["nb"]), [])
+    result.notes += outcome.notes
+    nb = without_grader_cells(nbformat.from_dict(outcome.nb), [])
     for cell in nb.cells:
         if not is_grade(cell):
             continue

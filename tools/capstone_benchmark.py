@@ -1,21 +1,24 @@
-"""How steady notebook 12's measured speed grade is: a class of four, graded again and again.
+"""How steady notebook 12's measured speed grade is: a class of five, graded again and again.
 
 Run with ``make capstone-benchmark`` (or ``.venv/bin/python tools/capstone_benchmark.py
 [--runs 20] [--jobs 2]``). It releases notebook 12 into a throwaway course (with the course's
-referee, ``grading/course/capstone_referee.py``, beside its config), submits four answers to
-exercise 3 (exercises 1 and 2 solved as in the notebook):
+referee, ``grading/course/capstone_referee.py``, beside its config), submits five answers to
+exercise 3 (exercises 1 and 2 solved as in the notebook), each with the tier it is meant for:
 
-* ``reference``: the notebook's own solution;
-* ``compiled``: the same loop with the forward pass and loss under ``torch.compile``;
+* ``reference``: the notebook's own solution (full marks, 10);
+* ``compiled``: the same loop with the forward pass and loss under ``torch.compile`` (10);
+* ``loader``: batches from ``DataLoader(batch_size=16)``, five mistakes kept (images still
+  transformed one at a time, ``.item()`` each step, zeros written, GELU by hand, for-loop
+  Adam): half-way (6);
 * ``batching``: the whole batch through the model at once, every other mistake kept
-  (images fetched and transformed one at a time, ``.item()`` each step, zeros written,
-  GELU by hand, for-loop Adam);
-* ``baseline``: ``slow_train`` itself;
+  (images fetched one at a time from a ``DataLoader(batch_size=1)`` as well): half-way (6);
+* ``baseline``: ``slow_train`` itself (correct, no speed: 2);
 
 then runs ``course autograde --force --jobs N`` ``--runs`` times and prints, per answer, the
-points of each run and the spread of the measured speedups, and how often the grader said
-it could not measure (other work kept taking the measured CPU: the test keeps its
-correctness points and is left for manual grading). ``--load N`` first starts N processes
+points of each run (with the speedup, the reference's speedup in the same rounds and the
+share of its gain that decided the points), the spread of each, the measurement's time, and
+how often the grader said it could not measure (other work kept taking the measured CPU:
+the test keeps its correctness points and is left for manual grading). ``--load N`` first starts N processes
 that burn CPU outside the grader (plain busy loops, as another user's work would), for the
 whole benchmark: the grade must not move with them. ``--answers`` picks the answers. It is
 a measurement, not a test: nothing is asserted. The machine and its load are printed,
@@ -36,6 +39,7 @@ import sys
 import tempfile
 import time
 from collections import Counter
+from dataclasses import dataclass
 from pathlib import Path
 
 import nbformat
@@ -102,12 +106,36 @@ def fast_train(task: CapstoneTask, device: torch.device) -> tuple[nn.Module, tor
         losses.append(loss.item())
     return model, torch.tensor(losses)
 '''
+LOADER = '''
+from torch.utils.data import DataLoader
+
+from course_utils.capstone import DigitsPixels
+
+
+def fast_train(task: CapstoneTask, device: torch.device) -> tuple[nn.Module, torch.Tensor]:
+    """Batching through DataLoader(batch_size=task.batch_size), five mistakes kept: half-way."""
+    device = torch.device(device)
+    model = make_model(task).to(device)
+    optimizer = torch.optim.Adam(model.parameters(), lr=task.lr)
+    order = task.batch_order().flatten().tolist()
+    loader = DataLoader(DigitsPixels(*task.data()), batch_size=task.batch_size, sampler=order)
+    losses = []
+    for images, labels in loader:
+        images, labels = images.to(device), labels.to(device)
+        for parameter in model.parameters():
+            parameter.grad = torch.zeros_like(parameter)
+        loss = F.cross_entropy(model(images), labels)
+        loss.backward()
+        optimizer.step()
+        losses.append(loss.item())
+    return model, torch.tensor(losses)
+'''
 BASELINE = '''
 def fast_train(task: CapstoneTask, device: torch.device) -> tuple[nn.Module, torch.Tensor]:
     """The baseline itself."""
     return slow_train(task, device)
 '''
-ANSWERS = ("reference", "compiled", "batching", "baseline")
+ANSWERS = ("reference", "compiled", "loader", "batching", "baseline")
 
 
 def _answers(nb: nbformat.NotebookNode) -> dict[str, nbformat.NotebookNode]:
@@ -164,7 +192,13 @@ def capstone_course(tmp: Path, submissions: dict[str, str], added: dict[str, tup
 
 def _class(tmp: Path, answers: list[str]) -> Course:
     """A course releasing notebook 12, with a submission per answer (``ANSWERS``) in submitted/."""
-    variants = {"reference": reference_answer(), "compiled": COMPILED, "batching": BATCHING, "baseline": BASELINE}
+    variants = {
+        "reference": reference_answer(),
+        "compiled": COMPILED,
+        "loader": LOADER,
+        "batching": BATCHING,
+        "baseline": BASELINE,
+    }
     return capstone_course(tmp, {answer: variants[answer] for answer in answers})
 
 
@@ -190,14 +224,26 @@ def _disturbance(text: str) -> str:
     return ", ".join(parts + ([f"{again[1]} left out"] if again else []))
 
 
-Verdict = tuple[float, float | None, str, str]  # points, speedup, first error line (or NOT_MEASURED), disturbance
+@dataclass(frozen=True)
+class Verdict:
+    """One student's measured cell, as its report reads."""
+
+    points: float
+    speedup: float | None  # over the baseline
+    reference: float | None  # the reference solution's speedup in the same rounds
+    share: float | None  # of the reference's gain: what decided the points
+    seconds: float | None  # the measurement's own time
+    error: str  # the first error line, or NOT_MEASURED, or ""
+    disturbance: str  # what other work took from the timed runs, in words
+
+
+def _number(pattern: str, text: str) -> float | None:
+    found = re.search(pattern, text)
+    return float(found[1]) if found else None
 
 
 def _verdicts(course: Course, keep: Path | None = None) -> dict[str, Verdict]:
-    """Per student: the measured cell's points, its speedup, its first error line (or NOT_MEASURED), what was left out.
-
-    With ``keep``, each report is also written there (``<student>.txt``).
-    """
+    """Per student: the measured cell's ``Verdict``; with ``keep``, each report is also written there (``NAME.txt``)."""
     name = NOTEBOOK.stem
     found = {}
     for folder in sorted(course.autograded.iterdir()):
@@ -213,9 +259,23 @@ def _verdicts(course: Course, keep: Path | None = None) -> dict[str, Verdict]:
         if NOT_MEASURED in text:
             error = NOT_MEASURED
             print(f"{folder.name}: could not measure:\n  " + text.strip().replace("\n", "\n  "), flush=True)
-        ratio = re.search(r"speedup ([\d.]+)x", text)
-        found[folder.name] = (float(points), float(ratio[1]) if ratio else None, error, _disturbance(text))
+        found[folder.name] = Verdict(
+            float(points),
+            _number(r"speedup ([\d.]+)x", text),
+            _number(r"the reference solution ([\d.]+)x in the same rounds", text),
+            _number(r"your share of its gain (-?[\d.]+)", text),
+            _number(r"measured in \d+ rounds? in (\d+) s", text),
+            error,
+            _disturbance(text),
+        )
     return found
+
+
+def _spread(values: list[float], unit: str = "", digits: int = 1) -> str:
+    """``min / median / max`` of ``values``."""
+    if not values:
+        return "none"
+    return " / ".join(f"{v:.{digits}f}{unit}" for v in (min(values), statistics.median(values), max(values)))
 
 
 BURN = "import time\nwhile True:\n    time.perf_counter()\n"  # one CPU's worth of somebody else's work
@@ -251,17 +311,17 @@ def main() -> None:
                 started = time.perf_counter()
                 done = subprocess.run(command, capture_output=True, text=True, cwd=REPO)
                 keep = args.keep_reports / f"run-{run + 1}" if args.keep_reports else None
+                if not course.autograded.is_dir():
+                    print(done.stdout[-2000:], done.stderr[-3000:], sep="\n")
+                    raise SystemExit(f"course autograde graded nothing in run {run + 1}")
                 verdicts = _verdicts(course, keep)
-                unmeasured = {s for s, (_, _, e, _) in verdicts.items() if e == NOT_MEASURED}
+                unmeasured = {s for s, v in verdicts.items() if v.error == NOT_MEASURED}
                 if done.returncode != 0 and not unmeasured:  # exit 1 is expected when it could not measure
                     print(done.stdout[-2000:], done.stderr[-3000:], sep="\n")
                     raise SystemExit(f"course autograde failed in run {run + 1}")
                 for student, verdict in verdicts.items():
                     results.setdefault(student, []).append(verdict)
-                line = ", ".join(
-                    f"{s} {p:g} ({'not measured' if s in unmeasured else f'{r or 0:.1f}x'}{'; ' + d if d else ''})"
-                    for s, (p, r, _, d) in sorted(verdicts.items())
-                )
+                line = ", ".join(f"{student} {_brief(v)}" for student, v in sorted(verdicts.items()))
                 elapsed = time.perf_counter() - started
                 print(f"run {run + 1:2d} ({elapsed:5.0f} s, load {os.getloadavg()[0]:.1f}): {line}", flush=True)
     finally:
@@ -270,20 +330,35 @@ def main() -> None:
             burner.wait()
     print()
     for student, verdicts in sorted(results.items()):
-        points = Counter(p for p, _, e, _ in verdicts if e != NOT_MEASURED)
-        ratios = [r for _, r, e, _ in verdicts if r is not None and e != NOT_MEASURED]
-        spread = (
-            f"speedup min {min(ratios):.1f}x, median {statistics.median(ratios):.1f}x, max {max(ratios):.1f}x"
-            if ratios
-            else "no speedup measured"
-        )
+        measured = [v for v in verdicts if v.error != NOT_MEASURED]
+        points = Counter(v.points for v in measured)
         tally = ", ".join(f"{p:g} points in {n} runs" for p, n in sorted(points.items(), reverse=True))
-        missed = sum(1 for _, _, e, _ in verdicts if e == NOT_MEASURED)
-        left_out = sum(int(m[1]) for *_, d in verdicts if (m := re.search(r"(\d+) left out", d)))
+        missed = len(verdicts) - len(measured)
+        left_out = sum(int(m[1]) for v in verdicts if (m := re.search(r"(\d+) left out", v.disturbance)))
         tally += f"; could not measure in {missed} runs" if missed else ""
         tally += f"; {left_out} disturbed timed runs left out" if left_out else ""
-        errors = sorted({e for _, _, e, _ in verdicts if e and e != NOT_MEASURED})
+        spread = (
+            f"speedup {_spread([v.speedup for v in measured if v.speedup is not None], 'x')}, reference "
+            f"{_spread([v.reference for v in measured if v.reference is not None], 'x')}, share "
+            f"{_spread([v.share for v in measured if v.share is not None], digits=2)} (min / median / max), "
+            f"measured in {_spread([v.seconds for v in measured if v.seconds is not None], ' s', 0)}"
+        )
+        errors = sorted({v.error for v in verdicts if v.error and v.error != NOT_MEASURED})
         print(f"{student:10s} {tally}; {spread}" + (f"; errors: {errors}" if errors else ""))
+
+
+def _brief(verdict: Verdict) -> str:
+    """One answer's result in a run: ``"6 (5.5x of 12.3x: share 0.68; 24 s)"``."""
+    if verdict.error == NOT_MEASURED:
+        return f"{verdict.points:g} (not measured)"
+    parts = [f"{verdict.speedup or 0:.1f}x"]
+    if verdict.reference is not None:
+        parts[0] += f" of {verdict.reference:.1f}x: share {verdict.share:.2f}"
+    if verdict.seconds is not None:
+        parts.append(f"{verdict.seconds:.0f} s")
+    if verdict.disturbance:
+        parts.append(verdict.disturbance)
+    return f"{verdict.points:g} ({'; '.join(parts)})"
 
 
 if __name__ == "__main__":

@@ -1,7 +1,7 @@
 """A Dask worker preload for ``tools/coordinator_benchmark.py``: grading workers whose kernels cost nothing.
 
 ``dask worker --preload tools/cheap_grading_worker.py`` makes this worker grade every task
-through the grader's own code (``grading.cluster.grade``, ``grading.sandbox.worker.run_job``:
+through the grader's own code (``grading.cluster.tasks.grade``, ``grading.sandbox.worker.run_job``:
 unpacking the files, the working folder, the results) except the jailed Jupyter kernel: each
 code cell of the learner's is run with ``exec`` in this worker thread, in one namespace per
 notebook, and given the outputs a kernel gives (stdout, the last expression's value, the
@@ -16,7 +16,6 @@ from __future__ import annotations
 import ast
 import contextlib
 import io
-import json
 import traceback
 from typing import Any
 
@@ -31,7 +30,10 @@ def _run_cell(source: str, namespace: dict, count: int) -> list:
     stdout = io.StringIO()
     try:
         tree = ast.parse(source)
-        last = tree.body.pop() if tree.body and isinstance(tree.body[-1], ast.Expr) else None
+        final = tree.body[-1] if tree.body else None
+        last = final if isinstance(final, ast.Expr) else None
+        if last is not None:
+            tree.body.pop()
         with contextlib.redirect_stdout(stdout):
             exec(compile(tree, f"<cell {count}>", "exec"), namespace)
             value = eval(compile(ast.Expression(last.value), f"<cell {count}>", "eval"), namespace) if last else None
@@ -63,40 +65,32 @@ def cheap_execute(nb: Any, new_kernel: Any, limits: Any, notes: list, token: Any
 
 
 class _InThreadPool:
-    """``grading.cluster``'s one-slot grading pool, run in the Dask worker's thread, not in a grading worker."""
+    """``grading.cluster.tasks``' one-slot grading pool, run in the Dask worker's thread, not in a grading worker."""
 
     def __init__(self, hide: list[str]):
         from grading.sandbox.protections import Limits
 
         self.limits = Limits()
         self.hide = hide
-        self._done: list[tuple[str, dict]] = []
+        self._done: list[tuple[str, Any]] = []
 
-    def submit(self, task_id: str, task: dict) -> None:
+    def submit(self, task_id: str, task: Any) -> None:
+        """Run ``task`` (a ``grading.jobs.Task``) now, as slot 0 of a pool without a sandbox."""
+        from grading.jobs import Job, Result
         from grading.sandbox.worker import run_job
 
-        job = {
-            "nb": task["nb"],
-            "files": task.get("files"),
-            "measured": task.get("measured") or [],
-            "skipped": task.get("skipped") or [],
-            "slot": 0,
-            "limits": self.limits.to_dict(),
-            "level": "none",
-            "hide": self.hide,
-            "private_tmp": False,
-        }
-        result = run_job(job)
-        self._done.append((task_id, json.loads(json.dumps(result))))  # through JSON, as from a grading worker's pipe
+        job = Job(task, slot=0, limits=self.limits, level="none", hide=tuple(self.hide), private_tmp=False)
+        result = run_job(Job.from_json(job.to_json()))
+        self._done.append((task_id, Result.from_json(result.to_json())))  # through JSON, as from a worker's pipe
 
-    def next_result(self, timeout: float | None = None) -> tuple[str, dict] | None:
+    def next_result(self, timeout: float | None = None) -> tuple[str, Any] | None:
         return self._done.pop(0) if self._done else None
 
 
 def dask_setup(worker: Any) -> None:
     """Dask's preload hook: swap the kernel and the grading worker process for the cheap ones above."""
-    import grading.cluster
+    import grading.cluster.tasks
     import grading.sandbox.execute
 
     grading.sandbox.execute.execute = cheap_execute
-    grading.cluster._thread_pool = lambda protections, hide: _InThreadPool(list(hide))
+    grading.cluster.tasks._thread_pool = lambda protections, hide: _InThreadPool(list(hide))

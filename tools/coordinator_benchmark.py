@@ -49,7 +49,6 @@ import nbformat
 from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
 
 REPO = Path(__file__).resolve().parents[1]
-TESTS = REPO / "tests"
 BEFORE = "f42dc3c"  # the last commit before the coordinator's work moved to the workers (issue 24)
 ASSIGNMENT, NOTEBOOK = "ps1", "warmup"
 DUE = "2026-01-10 17:00:00 UTC"
@@ -238,11 +237,9 @@ def _coordinator(spec: dict) -> dict:
 
 def _run(version: str, code: Path, database: str, template: Path, tmp: Path, args, server) -> dict:
     """One version on one database: a fresh copy of the class, a fresh cluster, the coordinator timed."""
-    sys.path.insert(0, str(TESTS))
-    from dask_cluster import DaskCluster
-
     from grading.coursedir import Course
     from grading.release import release
+    from tests.support.dask_cluster import DaskCluster
 
     root = tmp / f"{version}-{database}"
     shutil.copytree(template, root)
@@ -313,8 +310,7 @@ def main() -> None:
 
     # a kill (`timeout`, a closed session) stops it as Ctrl-C does: the cluster and the server stop on the way out
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
-    sys.path.insert(0, str(REPO))
-    sys.path.insert(0, str(TESTS))
+    sys.path.insert(0, str(REPO))  # this checkout's grading, and the test suite's helpers (tests.support)
     databases = [d for d in args.databases.split(",") if d]
     versions = [v for v in args.versions.split(",") if v]
     print(f"machine: {platform.machine()}, {os.cpu_count()} cores, load average {os.getloadavg()[0]:.1f}")
@@ -330,7 +326,7 @@ def main() -> None:
         build_class(tmp / "template", args.students)
         server = None
         if "postgresql" in databases:
-            from postgres_server import MISSING, PostgresServer
+            from tests.support.postgres_server import MISSING, PostgresServer
 
             if MISSING:
                 raise SystemExit(MISSING)

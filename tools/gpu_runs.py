@@ -1,12 +1,12 @@
 """The kept GPU runs (``notebooks/gpu-runs/<run>/``) and the ``compare`` tables their notebooks printed.
 
 A kept run is a folder of executed notebooks ``NN_slug.ipynb``, exactly as a GPU printed them
-(``tests/gpu_check.py --keep`` writes one), with ``README.md`` (the conditions, for people) and
+(``tools/gpu_check.py --keep`` writes one), with ``README.md`` (the conditions, for people) and
 ``run.json`` (the same, for programs: ``RUN_FIELDS``). ``kept_runs`` reads them;
 ``tables`` finds every table that ``course_utils.timing.Comparison.table`` printed in a
 notebook's outputs, in the format of today (``2.10x faster``, ``1.24x slower``, ``noisy``) and
 in the older one (``0.81x``), so that runs made before the format changed stay readable.
-``tests/test_gpu_claims.py`` checks the course's recorded GPU claims against them and
+``tests/notebooks/test_gpu_claims.py`` checks the course's recorded GPU claims against them and
 ``docs/build_site.py`` shows them beside this machine's outputs.
 """
 

@@ -51,10 +51,8 @@ import nbformat
 from nbclient import NotebookClient
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))  # the grading package, when run without `make install`
-sys.path.insert(0, str(REPO / "tests" / "fixtures" / "grading"))
-
-sys.path.insert(0, str(REPO / "tests"))  # the test suite's local Dask cluster (dask_cluster.py)
+# The root: the grading package without `make install`, and the test suite's fixtures and helpers (tests.*).
+sys.path.insert(0, str(REPO))
 
 from grading.coursedir import Course  # noqa: E402
 from grading.release import release  # noqa: E402
@@ -98,7 +96,7 @@ def _one_notebook_class(tmp: Path, source: Path, students: int) -> Course:
 
 def _compat_class(tmp: Path, students: int) -> Course:
     """The compatibility course, its three students repeated up to ``students`` submissions."""
-    import compat_students
+    from tests.fixtures.grading import compat_students
 
     base = Course(root=tmp / "base")
     shutil.copytree(compat_students.COURSE, base.root)
@@ -139,10 +137,9 @@ def _differ(theirs: dict, ours: dict) -> dict:
 
 def _cluster_benchmark(tmp: Path, base: Course, jobs: int) -> None:
     """``--jobs N`` here against a local Dask cluster of N single-thread workers; see the module docstring."""
-    from dask_cluster import DaskCluster
-
     from grading.autograde import autograde, find_submissions
     from grading.cluster import ClusterPool
+    from tests.support.dask_cluster import DaskCluster
 
     local, remote = Course(tmp / "local", base.notebooks), Course(tmp / "remote", base.notebooks)
     shutil.copytree(base.root, local.root)

@@ -11,18 +11,23 @@ role:
 ``model``         ``CapstoneNet`` and ``make_model(task)``
 ``baseline``      ``slow_train``, the loop to beat
 ``correctness``   ``check_same_training``: the same training within stated tolerances
-``scoring``       ``Speedup``, the speed tiers and the points (plain Python)
+``reference``     ``reference_train``, the course's solution of exercise 3: the yardstick
+                  the speed points are scaled by, timed beside every answer
+``scoring``       ``Speedup``, the share of the reference's gain, its tiers and the points
+                  (plain Python)
 ``transfer``      a result as plain float32 arrays, from a timed-round process to the grader
 ``round_process`` ``timed_rounds``, what runs in the grader's timed-round processes
+``referee``       ``referee``: the measured test as the grader decides it, outside the kernel
 ``diagnosis``     ``diagnose``: counters of what a run does, and the mistakes they show
 ``in_kernel``     ``measure_speedup`` and ``grade_fast_train``, the test as it runs in the
                   learner's kernel
 ``autocast_watch`` what exercise 2's test watches (``watch_autocast``, ``as_if_on_cuda``)
 ================  ==========================================================================
 
-The course's referee (``grading/course/capstone_referee.py``) uses ``task``, ``transfer``,
-``correctness`` and ``scoring`` in the grader's process, and ``round_process`` in the
-processes it times. This package itself re-exports the names notebook 12 imports from
+The course's referee plugin (``grading/course/capstone_referee.py``) calls ``referee`` in
+the grading worker, which uses ``task``, ``transfer``, ``correctness`` and ``scoring`` there,
+and ``round_process`` in the processes it times; it never imports the grader (the plugin
+hands in the grader's exception types). This package itself re-exports the names notebook 12 imports from
 ``course_utils.capstone`` (its setup cell, its exercises' tests, and what its text tells a
 learner to import), so that a released notebook keeps working; everything else is imported
 from its module.

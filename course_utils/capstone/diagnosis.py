@@ -117,6 +117,10 @@ class Diagnosis:
     """Worker processes those pools started."""
     worker_items_fetched: int = 0
     """Items the DataLoader workers fetched one at a time (``dataset[i]`` for every index of a batch)."""
+    loader_fetches: int = 0
+    """Fetches of DataLoaders without workers that call ``dataset[i]`` per index: one per batch they hand out."""
+    loader_items: int = 0
+    """Indices those fetches asked for (``batch_size`` each, or 1 without automatic batching)."""
     host_syncs: int = 0
     """On CUDA: synchronising calls the sync debug mode flagged. Elsewhere: tensor values read into Python."""
     torch_calls: dict[str, int] = field(default_factory=dict)
@@ -187,8 +191,7 @@ class Diagnosis:
         if self.per_step(self.items_fetched) >= 1:
             found.append(
                 f"data prepared one image at a time on the main thread ({self.per_step(self.items_fetched):.0f} "
-                "DigitsPixels items per step, a DataLoader fetching single items): transform the whole set once, "
-                "or batch it and move it off the main thread (notebooks 03 and 10)"
+                f"DigitsPixels items per step, {self._how_fetched()}): {whole_set} (notebooks 03 and 10)"
             )
         elif self.per_step(self.images_standardized) >= 1:
             found.append(
@@ -196,6 +199,18 @@ class Diagnosis:
                 f"run, one per image): {whole_set} (notebook 03)"
             )
         return found
+
+    def _how_fetched(self) -> str:
+        """How the items reached the main thread, in words: a DataLoader's single items or batches, or by hand."""
+        if not self.loader_fetches:
+            return "each its own dataset[i] call"
+        per_fetch = self.loader_items / self.loader_fetches
+        if per_fetch <= 1:
+            return "a DataLoader fetching single items"
+        return (
+            f"a DataLoader handing out batches of {per_fetch:.0f}, which still calls dataset[i] and transforms "
+            "each image on its own before stacking them: its batch_size batches the fetch, not the transform"
+        )
 
     def notes(self) -> list[str]:
         """Choices worth measuring that are not mistakes in themselves."""
@@ -249,7 +264,8 @@ def _fetches_one_at_a_time(iterator: dataloader_module._BaseDataLoaderIter) -> b
 
 @contextmanager
 def _watching_dataloaders(diagnosis: Diagnosis) -> Iterator[None]:
-    """Count, in this process, the worker pools DataLoaders start and the items they hand their workers.
+    """Count, in this process, the worker pools DataLoaders start, the items they hand their workers, and the fetches
+    of those without workers (how many indices each asks ``dataset[i]`` for).
 
     The indices of every batch are drawn in this process (``_next_index``) and sent to the
     workers, so what the workers will fetch is counted here, whatever start method they use.
@@ -259,8 +275,13 @@ def _watching_dataloaders(diagnosis: Diagnosis) -> Iterator[None]:
 
     def counting_next_index(self: dataloader_module._BaseDataLoaderIter) -> object:
         index = next_index(self)
-        if self._num_workers > 0 and _fetches_one_at_a_time(self):
-            diagnosis.worker_items_fetched += len(index) if self._auto_collation else 1
+        if _fetches_one_at_a_time(self):
+            items = len(index) if self._auto_collation else 1
+            if self._num_workers > 0:
+                diagnosis.worker_items_fetched += items
+            else:
+                diagnosis.loader_fetches += 1
+                diagnosis.loader_items += items
         return index
 
     def counting_start_pool(self: dataloader_module._MultiProcessingDataLoaderIter, loader: DataLoader) -> None:

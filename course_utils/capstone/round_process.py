@@ -1,8 +1,10 @@
 """What runs inside the grader's timed-round processes: ``timed_rounds``, the entry the referee names.
 
-Each process (``grading.sandbox.rounds``) is the baseline's or the answer's: it loads
-``slow_train``, or the learner's ``fast_train`` from ``ANSWER_IMPORTS`` and their answer
-cells, warms up once, then trains each task the grader sends and sends the result back
+Each process (``grading.sandbox.rounds``) is the course's or the answer's. The course's
+runs only the course's code, ``slow_train`` (the baseline) and ``reference_train`` (the
+reference solution), whichever each task names; the answer's loads the learner's
+``fast_train`` from ``ANSWER_IMPORTS`` and their answer cells. Each warms up once (every
+function it runs), then trains each task the grader sends and sends the result back
 (``course_utils.capstone.transfer``), or its ``diagnose`` counters.
 """
 
@@ -12,6 +14,7 @@ import torch
 
 from course_utils.capstone.baseline import slow_train
 from course_utils.capstone.diagnosis import diagnose
+from course_utils.capstone.reference import own_work, reference_train
 from course_utils.capstone.task import CapstoneTask, TrainFn
 from course_utils.capstone.transfer import result_arrays
 
@@ -63,26 +66,35 @@ def _load_answer(answers: list[list[str]]) -> TrainFn:
     train = namespace.get("fast_train")
     if not callable(train):
         raise AssertionError("no fast_train function after running your answer cells")
-    return train
+    return own_work(train)
 
 
 def timed_rounds(channel, setup: dict) -> None:
     """Inside a fresh timed-round process (``grading.sandbox.rounds``): warm up, then train what the grader sends.
 
-    ``setup["role"]`` is ``"baseline"`` (``slow_train``: no learner code ever runs in this
-    process) or ``"answer"`` (the learner's ``fast_train``, loaded by ``_load_answer``).
-    One warm-up run on ``setup["warmup"]``, untimed; then, for each round the grader
-    sends, the task it names (drawn when the round starts): the result goes back through
-    ``result_arrays``, or with ``"diagnose"`` the counters of ``diagnose``.
+    ``setup["role"]`` is ``"course"`` (``slow_train`` and ``reference_train``, the course's
+    code: no learner code ever runs in this process) or ``"answer"`` (the learner's
+    ``fast_train``, loaded by ``_load_answer``, refused if it runs ``reference_train``).
+    One warm-up run of each function on ``setup["warmup"]``, untimed; then, for each
+    round the grader sends, the task it names (drawn when the round starts), trained by
+    the function its ``"train"`` names in the course's process (``"baseline"`` or
+    ``"reference"``): the result goes back through ``result_arrays``, or with
+    ``"diagnose"`` the counters of ``diagnose``.
     """
     torch.set_num_threads(1)
     cpu = torch.device("cpu")
-    train = slow_train if setup["role"] == "baseline" else _load_answer(setup["answers"])
+    if setup["role"] == "course":
+        trains: dict[str, TrainFn] = {"baseline": slow_train, "reference": reference_train}
+    else:
+        trains = {"answer": _load_answer(setup["answers"])}
     warmup = CapstoneTask(**setup["warmup"])
-    result_arrays(train(warmup, cpu), warmup)
+    for train in trains.values():
+        result_arrays(train(warmup, cpu), warmup)
     channel.ready()
+    default = next(iter(trains))
     while (spec := channel.receive()) is not None:
         task = CapstoneTask(**spec["task"])
+        train = trains.get(spec.get("train", default), trains[default])
         if spec.get("diagnose"):
             found = diagnose(train, task, cpu)
             channel.send({}, summary=found.summary(), mistakes=found.mistakes())

@@ -34,6 +34,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from grading.errors import CourseError
+
 __all__ = ["MANIFEST", "NEW_RELEASE", "SyncReport", "WorkspaceError", "main", "new_release_path", "sync_workspace"]
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -41,8 +43,8 @@ MANIFEST = ".course-workspace.json"
 NEW_RELEASE = ".new-release"
 
 
-class WorkspaceError(Exception):
-    """A problem the learner can fix (no release, a manifest that is not ours)."""
+class WorkspaceError(CourseError):
+    """A problem the learner can fix (no release, a manifest that is not ours); ``main`` prints it, exit 2."""
 
 
 @dataclass
@@ -95,10 +97,10 @@ def _read_manifest(workspace: Path) -> tuple[dict[str, str], dict[str, str]]:
         return {}, {}
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
-        tables = tuple({str(k): str(v) for k, v in data.get(name, {}).items()} for name in ("copied", "offered"))
+        copied, offered = ({str(k): str(v) for k, v in data.get(name, {}).items()} for name in ("copied", "offered"))
     except (OSError, ValueError, AttributeError) as error:
         raise WorkspaceError(f"{path} is not a workspace manifest ({error}); move it away to start over") from None
-    return tables
+    return copied, offered
 
 
 def _copy(source: Path, target: Path) -> None:

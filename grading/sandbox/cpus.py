@@ -1,4 +1,4 @@
-"""A measurement's CPU: its own while it runs, and an account of who else took it.
+"""A measurement's CPU: its own while it runs; and each job's CPUs and share (cgroup placement).
 
 Contract. At the ``root`` level (``isolation(level)`` says what this machine offers):
 
@@ -25,22 +25,13 @@ Contract. At the ``root`` level (``isolation(level)`` says what this machine off
   (``Reservation.freezer`` is their parent), so that the grader can stop it and everything
   it starts at once, and start it again: a measurement keeps both sides' processes alive
   and freezes the one that is not being timed, which then cannot run at all.
-* ``Ledger``: how long, during an interval, the measurement's processes wanted the CPU while
-  something else had it. With a cgroup v2 hierarchy (mounted beside v1 as here, or alone),
-  that is the measurement group's CPU pressure, ``full`` line (the kernel's PSI, for cgroups
-  since Linux 5.13: time when some of the group's tasks waited and none ran; on one CPU,
-  exactly the time others had it), in microseconds; plus what the hypervisor stole from the
-  CPU (``/proc/stat``). A learner's processes waiting for each other (a ``DataLoader``'s
-  workers) are no disturbance: one of the group runs. Real-time priority keeps ordinary
-  tasks off the CPU but for the kernel's fair server (since Linux 6.12; RT throttling
-  before: up to 50 ms a second for ordinary tasks stuck there), so that time, exact, is
-  taken off a timed run (``Disturbance.correction``) up to ``CORRECTABLE`` of it; beyond,
-  the run is disturbed. Without PSI the ledger takes ``min(others' CPU time on it, own
-  waiting time)`` (``cpuacct.usage_percpu`` or ``/proc/stat`` against
-  ``/proc/PID/schedstat``), an upper bound that is not taken off anything: a run is
-  disturbed past ``TOLERANCE``, and an answer whose processes both idle and compete with
-  each other on a loaded machine can then read as disturbed. From ``/proc`` it sees only the
-  waits of processes alive when it samples (a child that has exited took its own with it).
+* The time other work still took from a measurement is accounted by
+  ``grading.sandbox.ledger`` (from the groups a ``Reservation`` names: the measurement's
+  cgroup v2 group for its CPU pressure, its v1 ``cpuacct`` group).
+
+Every cgroup file is written through ``grading.sandbox.cgroups``: its functions for what every
+layout shares (groups, their processes), the host's ``CgroupLayout`` (``cgroups.backend``)
+for the controllers' own files: cgroup v1's today; a v2 backend is issue 29's.
 
 Below the root level a measurement runs on the slot's CPU without holding it, at normal
 priority, with the ``/proc`` ledger. ``CpuIsolation.missing()`` names what is missing.
@@ -54,22 +45,34 @@ import functools
 import os
 import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from grading.sandbox.cgroups import (
+    CgroupLayout,
+    add,
+    backend,
+    empty,
+    joiner,
+    make,
+    make_unique,
+    mount_point,
+    own_group,
+    parse_cpus,
+    read,
+    rmdir_when_empty,
+    writable,
+)
+
 __all__ = [
-    "CORRECTABLE",
-    "TOLERANCE",
     "CpuIsolation",
-    "Disturbance",
-    "Ledger",
     "Reservation",
     "isolation",
     "join_job",
     "leave_jobs",
+    "parse_cpus",
     "pausable_group",
     "pause",
     "remove_group",
@@ -79,10 +82,7 @@ __all__ = [
 
 PARENT = "course-grading"  # the cgroup under each hierarchy's root that holds every grading job
 LOCK = Path("/run/course-grading/cpus.lock")  # root-owned (the slot leases' folder)
-TOLERANCE = 0.05  # other work may take this share of a timed run whose disturbance is only estimated (no PSI)
-CORRECTABLE = 0.25  # with PSI, the time other work took (up to this share of a run) is taken off its time
 REALTIME_PRIORITY = 1  # SCHED_RR priority of round processes (the lowest real-time one)
-_TICK = 1.0 / os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 0.01
 _POLL = 0.25  # seconds between looks for a free CPU
 
 
@@ -130,19 +130,18 @@ class CpuIsolation:
         return gaps
 
 
-def _mount(fstype: str, controller: str = "") -> Path | None:
-    """Where a cgroup hierarchy is mounted: v1 (``cgroup``) with ``controller``, or v2 (``cgroup2``)."""
-    with contextlib.suppress(OSError), open("/proc/self/mounts", encoding="utf-8") as mounts:
-        for line in mounts:
-            fields = line.split()
-            if len(fields) > 3 and fields[2] == fstype and (not controller or controller in fields[3].split(",")):
-                return Path(fields[1].replace("\\040", " "))
-    return None
+@functools.cache
+def _cgroups() -> CgroupLayout | None:
+    """The file operations of the cgroup layout this host mounts (None: none the grader can write)."""
+    return backend()
 
 
-def _writable(hierarchy: Path | None, *files: str) -> Path | None:
-    ok = hierarchy is not None and all((hierarchy / f).is_file() for f in files)
-    return hierarchy if ok and os.access(hierarchy / "cgroup.procs", os.W_OK) else None  # type: ignore[operator]
+def _ops() -> CgroupLayout:
+    """``_cgroups()``, where a caller holds a hierarchy's path (so that the layout has a backend)."""
+    ops = _cgroups()
+    if ops is None:
+        raise OSError("no cgroup backend for this host's layout")
+    return ops
 
 
 @functools.cache
@@ -150,9 +149,9 @@ def isolation(level: str) -> CpuIsolation:
     """Probe (once per process) what a measurement can have here at sandbox ``level``."""
     if level != "root" or not sys.platform.startswith("linux") or os.geteuid() != 0 or not _made(LOCK.parent):
         return CpuIsolation()
-    shares = _writable(_mount("cgroup", "cpu"), "cpu.shares")
-    cpuacct = _writable(_mount("cgroup", "cpuacct"), "cpuacct.usage_percpu")
-    pressure = _writable(_mount("cgroup2"), "cpu.pressure")
+    ops = _cgroups()
+    shares, cpuacct = (ops.usable("cpu"), ops.usable("cpuacct")) if ops is not None else (None, None)
+    pressure = writable(mount_point("cgroup2"), "cpu.pressure")
     # the probe runs where a measurement does: in the cpu hierarchy's root (a child may have no real-time budget)
     root = f"open({str(shares / 'cgroup.procs')!r}, 'w').write(str(os.getpid())); " if shares else ""
     probe = f"import os; {root}os.sched_setscheduler(0, os.SCHED_RR, os.sched_param({REALTIME_PRIORITY}))"
@@ -162,12 +161,12 @@ def isolation(level: str) -> CpuIsolation:
     except (OSError, subprocess.TimeoutExpired):
         realtime = False
     return CpuIsolation(
-        _writable(_mount("cgroup", "cpuset"), "cpuset.cpus", "cpuset.effective_cpus"),
+        ops.usable("cpuset") if ops is not None else None,
         None if cpuacct is not None and cpuacct == shares else cpuacct,  # co-mounted: its groups lack real time
-        pressure if pressure is not None and "full " in _read(pressure / "cpu.pressure") else None,  # Linux >= 5.13
+        pressure if pressure is not None and "full " in read(pressure / "cpu.pressure") else None,  # Linux >= 5.13
         realtime,
         shares,
-        _writable(_mount("cgroup", "freezer")),
+        ops.usable("freezer") if ops is not None else None,
     )
 
 
@@ -179,7 +178,7 @@ def _made(folder: Path) -> bool:
         return False
 
 
-# ----------------------------------------------------------------------------- cgroups (root)
+# ----------------------------------------------------------------------------- freezer groups (root)
 
 
 def pausable_group(parent: Path) -> tuple[Path, Callable[[], None]]:
@@ -189,14 +188,8 @@ def pausable_group(parent: Path) -> tuple[Path, Callable[[], None]]:
     is born inside: ``pause`` stops them all at once, and none can leave (a grading user
     cannot write a cgroup file).
     """
-    group = Path(tempfile.mkdtemp(prefix="round-", dir=parent))
-    procs = str(group / "cgroup.procs")
-
-    def join() -> None:
-        with open(procs, "w", encoding="ascii") as file:
-            file.write(str(os.getpid()))
-
-    return group, join
+    group = make_unique(parent, "round-")
+    return group, joiner(group)
 
 
 def remove_group(group: Path) -> bool:
@@ -206,73 +199,10 @@ def remove_group(group: Path) -> bool:
 
 def pause(group: Path, frozen: bool, timeout: float = 5.0) -> bool:
     """Freeze (``frozen``) or thaw every process of a freezer ``group``; whether it got there in ``timeout`` s."""
-    state = "FROZEN" if frozen else "THAWED"
-    _write(group / "freezer.state", state)
-    deadline = time.monotonic() + timeout
-    while _read(group / "freezer.state").strip() != state:  # FREEZING until every task has stopped
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.001)
-    return True
+    return _ops().freeze(group, frozen, timeout)
 
 
-def parse_cpus(text: str) -> set[int]:
-    """``"0-2,5"`` -> ``{0, 1, 2, 5}`` (the kernel's list format)."""
-    cpus: set[int] = set()
-    for part in text.strip().split(","):
-        if part:
-            first, _, last = part.partition("-")
-            cpus.update(range(int(first), int(last or first) + 1))
-    return cpus
-
-
-def _read(path: Path) -> str:
-    return path.read_text(encoding="ascii")
-
-
-def _write(path: Path, value: str) -> None:
-    with open(path, "w", encoding="ascii") as file:
-        file.write(value)
-
-
-def _cpus_text(cpus: set[int]) -> str:
-    return ",".join(map(str, sorted(cpus)))
-
-
-def _empty(group: Path) -> bool:
-    try:
-        return not _read(group / "cgroup.procs").strip()
-    except OSError:
-        return True
-
-
-def rmdir_when_empty(group: Path, wait: float = 0.0) -> bool:
-    """rmdir ``group`` once it is empty (killed processes take a moment to leave); whether it is gone."""
-    deadline = time.monotonic() + wait
-    while True:
-        try:
-            group.rmdir()
-            return True
-        except FileNotFoundError:
-            return True
-        except OSError:
-            if time.monotonic() >= deadline:
-                return False
-            time.sleep(0.02)
-
-
-def _own_group(hierarchy: Path, controller: str) -> Path:
-    """The cgroup of ``hierarchy`` this process is in: v1's for ``controller``, or v2's (``controller`` empty)."""
-    with open("/proc/self/cgroup", encoding="ascii") as groups:
-        for line in groups:
-            number, controllers, path = line.rstrip("\n").split(":", 2)
-            if (not controller and number == "0") or (controller and controller in controllers.split(",")):
-                return hierarchy / path.lstrip("/")
-    return hierarchy
-
-
-def _enter(group: Path) -> None:
-    _write(group / "cgroup.procs", str(os.getpid()))
+# ----------------------------------------------------------------------------- job and measurement groups (root)
 
 
 @contextlib.contextmanager
@@ -286,50 +216,51 @@ def _locked() -> Iterator[None]:
         os.close(fd)  # releases the lock
 
 
+def _enter(group: Path) -> None:
+    add(group, os.getpid())
+
+
 def _cpuset_parent(cpuset: Path) -> Path:
     """``course-grading`` in the cpuset hierarchy, created with every CPU and memory node."""
-    parent = cpuset / PARENT
-    if not parent.is_dir():
-        parent.mkdir()
-    for name in ("mems", "cpus"):
-        if not _read(parent / f"cpuset.{name}").strip():
-            _write(parent / f"cpuset.{name}", _read(cpuset / f"cpuset.effective_{name}").strip())
+    ops, parent = _ops(), cpuset / PARENT
+    make(parent)
+    ops.fill_cpuset(parent, cpuset)
     return parent
 
 
 def _cpuset_group(parent: Path, name: str, cpus: set[int]) -> Path:
     """The cpuset cgroup ``parent/name``, created (empty) with ``cpus`` if missing (``_rebalance`` sets a job's)."""
-    group = parent / name
-    if not group.is_dir():
-        group.mkdir()
-        _write(group / "cpuset.mems", _read(parent / "cpuset.mems").strip())
-        _write(group / "cpuset.cpus", _cpus_text(cpus))
+    ops, group = _ops(), parent / name
+    if make(group):
+        ops.copy_mems(group, parent)
+        ops.set_cpus(group, cpus)
     return group
 
 
 def _rebalance(parent: Path, keep: Path | None = None) -> set[int]:
     """Every job cgroup gets every CPU no measurement holds; stale groups go. Returns the CPUs held. Lock held."""
-    every = parse_cpus(_read(parent / "cpuset.cpus"))
+    ops = _ops()
+    every = ops.cpus(parent)
     held: set[int] = set()
     for group in sorted(parent.glob("measure-*")):
-        if group != keep and _empty(group) and rmdir_when_empty(group):  # its worker died mid-measurement
+        if group != keep and empty(group) and rmdir_when_empty(group):  # its worker died mid-measurement
             continue
-        held |= parse_cpus(_read(group / "cpuset.cpus"))
+        held |= ops.cpus(group)
     rest = every - held or every  # never empty: a measurement leaves one CPU to the rest
     for group in sorted(parent.glob("job-*")):
-        if group != keep and _empty(group) and rmdir_when_empty(group):  # its run has ended
+        if group != keep and empty(group) and rmdir_when_empty(group):  # its run has ended
             continue
         with contextlib.suppress(OSError):
-            _write(group / "cpuset.cpus", _cpus_text(rest))
+            ops.set_cpus(group, rest)
     return held
 
 
 def _share(shares: Path, keep: Path | None = None) -> Path:
     """``course-grading`` in the cpu hierarchy, weighing one process per job; stale job groups go. Lock held."""
-    parent = shares / PARENT
-    parent.mkdir(exist_ok=True)
-    jobs = [g for g in sorted(parent.glob("job-*")) if g == keep or not (_empty(g) and rmdir_when_empty(g))]
-    _write(parent / "cpu.shares", str(1024 * max(1, len(jobs))))
+    ops, parent = _ops(), shares / PARENT
+    make(parent)
+    jobs = [g for g in sorted(parent.glob("job-*")) if g == keep or not (empty(g) and rmdir_when_empty(g))]
+    ops.set_weight(parent, max(1, len(jobs)))
     return parent
 
 
@@ -341,13 +272,13 @@ def join_job(level: str, uid: int) -> bool:
     with _locked():
         if iso.cpuset is not None:
             parent = _cpuset_parent(iso.cpuset)
-            group = _cpuset_group(parent, f"job-{uid}", parse_cpus(_read(parent / "cpuset.cpus")))
+            group = _cpuset_group(parent, f"job-{uid}", _ops().cpus(parent))
             _rebalance(parent, keep=group)  # before it holds anything: it loses every CPU a measurement holds
             _enter(group)
         if iso.shares is not None:
             group = iso.shares / PARENT / f"job-{uid}"
-            (iso.shares / PARENT).mkdir(exist_ok=True)
-            group.mkdir(exist_ok=True)
+            make(iso.shares / PARENT)
+            make(group)
             _share(iso.shares, keep=group)
             _enter(group)
     return True
@@ -393,14 +324,70 @@ class Reservation:
 def _hold(iso: CpuIsolation, name: str, preferred: int) -> tuple[int | None, Path | None]:
     """A free CPU for ``name`` that leaves another one to the rest, with its cpuset group; (None, None) if none."""
     assert iso.cpuset is not None
-    parent = _cpuset_parent(iso.cpuset)
-    free = sorted(parse_cpus(_read(parent / "cpuset.cpus")) - _rebalance(parent))
+    ops, parent = _ops(), _cpuset_parent(iso.cpuset)
+    free = sorted(ops.cpus(parent) - _rebalance(parent))
     if len(free) < 2:
         return None, None
     cpu = preferred if preferred in free else free[-1]
     group = _cpuset_group(parent, name, {cpu})
-    _write(group / "cpuset.cpus", str(cpu))
+    ops.set_cpus(group, {cpu})
     return cpu, group
+
+
+_Moves = dict[Path, tuple[Path, Path]]  # hierarchy -> (the measurement's group there, where this process was)
+
+
+def _take(
+    iso: CpuIsolation, name: str, preferred: int, cpus: int, wait: float
+) -> tuple[int | None, Path | None, _Moves]:
+    """Wait (up to ``wait`` s) for a CPU to hold, then move this process into the measurement's groups.
+
+    Returns the CPU held and its cpuset group (None, None where none was free in time, or
+    there is no cpuset), and where this process moved.
+    """
+    started = time.monotonic()
+    while True:
+        with _locked():
+            cpu, held = (None, None) if iso.cpuset is None else _hold(iso, name, preferred)
+            out_of_turns = iso.cpuset is None or cpus < 2 or time.monotonic() - started > wait
+            if cpu is not None or out_of_turns:
+                return cpu, held, _move_in(iso, name, held)
+        time.sleep(_POLL)
+
+
+def _move_in(iso: CpuIsolation, name: str, held: Path | None) -> _Moves:
+    """Move this process into the measurement's groups: its held cpuset, the cpu root, its accounting. Lock held."""
+    moves: _Moves = {}
+    if held is not None:
+        cpuset = held.parent.parent  # (iso.cpuset: held is <cpuset>/course-grading/measure-<uid>)
+        moves[cpuset] = (held, own_group(cpuset, "cpuset"))
+        if iso.shares is not None:  # real time is budgeted in the cpu hierarchy's root
+            moves[iso.shares] = (iso.shares, own_group(iso.shares, "cpu"))
+    for hierarchy, controller in ((iso.cpuacct, "cpuacct"), (iso.pressure, "")):
+        if hierarchy is not None:
+            (hierarchy / PARENT).mkdir(exist_ok=True)
+            (hierarchy / PARENT / name).mkdir(exist_ok=True)
+            moves[hierarchy] = (hierarchy / PARENT / name, own_group(hierarchy, controller))
+    for group, _ in moves.values():
+        _enter(group)
+    if held is not None:
+        _rebalance(held.parent, keep=held)
+    return moves
+
+
+def _move_back(iso: CpuIsolation, moves: _Moves, held: Path | None) -> None:
+    """Back where this process was (a worker: its job's cgroup, recreated if pruned meanwhile). Lock held."""
+    for hierarchy, (group, back) in moves.items():
+        if back.parent.name == PARENT and not back.is_dir():  # a job's group, pruned while it was empty
+            back.mkdir()
+            if hierarchy == iso.cpuset:
+                _ops().copy_mems(back, back.parent)
+                _rebalance(back.parent, keep=back)
+        _enter(back)
+        if group != hierarchy:  # (the cpu hierarchy's root stays)
+            rmdir_when_empty(group, wait=2.0)
+    if held is not None:
+        _rebalance(held.parent)
 
 
 @contextlib.contextmanager
@@ -415,33 +402,13 @@ def reserve(level: str, slot: int, uid: int | None, wait: float) -> Iterator[Res
     cpus = sorted(os.sched_getaffinity(0))  # a worker's own: its job's cpuset, less what others hold now
     if iso.cpuset is not None:
         with _locked():
-            cpus = sorted(parse_cpus(_read(_cpuset_parent(iso.cpuset) / "cpuset.cpus")))
+            cpus = sorted(_ops().cpus(_cpuset_parent(iso.cpuset)))
     preferred = cpus[slot % len(cpus)]
     if uid is None or not (iso.cpuset or iso.cpuacct or iso.pressure):
         yield Reservation(preferred)
         return
     name, started = f"measure-{uid}", time.monotonic()
-    while True:
-        with _locked():
-            cpu, held = (None, None) if iso.cpuset is None else _hold(iso, name, preferred)
-            out_of_turns = iso.cpuset is None or len(cpus) < 2 or time.monotonic() - started > wait
-            if cpu is not None or out_of_turns:
-                groups = {}  # hierarchy -> (this measurement's group, where this process was)
-                if held is not None:
-                    groups[iso.cpuset] = (held, _own_group(iso.cpuset, "cpuset"))  # type: ignore[index]
-                    if iso.shares is not None:  # real time is budgeted in the cpu hierarchy's root
-                        groups[iso.shares] = (iso.shares, _own_group(iso.shares, "cpu"))
-                for hierarchy, controller in ((iso.cpuacct, "cpuacct"), (iso.pressure, "")):
-                    if hierarchy is not None:
-                        (hierarchy / PARENT).mkdir(exist_ok=True)
-                        (hierarchy / PARENT / name).mkdir(exist_ok=True)
-                        groups[hierarchy] = (hierarchy / PARENT / name, _own_group(hierarchy, controller))
-                for group, _ in groups.values():
-                    _enter(group)
-                if held is not None:
-                    _rebalance(held.parent, keep=held)
-                break
-        time.sleep(_POLL)
+    cpu, held, moves = _take(iso, name, preferred, len(cpus), wait)
     if cpu is None:  # not held: one of the CPUs this process's job may use now
         allowed = sorted(os.sched_getaffinity(0))
         cpu = preferred if preferred in allowed else allowed[slot % len(allowed)]
@@ -450,8 +417,8 @@ def reserve(level: str, slot: int, uid: int | None, wait: float) -> Iterator[Res
         cpu,
         held=held is not None,
         realtime=iso.realtime and held is not None,  # real-time only on a CPU no other measurement may share
-        pressure=groups[iso.pressure][0] if iso.pressure is not None else None,
-        accounting=groups[iso.cpuacct][0] if iso.cpuacct is not None else None,
+        pressure=moves[iso.pressure][0] if iso.pressure is not None else None,
+        accounting=moves[iso.cpuacct][0] if iso.cpuacct is not None else None,
         freezer=freezer if freezer is not None and _made(freezer) else None,
         waited=time.monotonic() - started,
     )
@@ -460,132 +427,5 @@ def reserve(level: str, slot: int, uid: int | None, wait: float) -> Iterator[Res
     finally:
         if reservation.freezer is not None:  # its round processes' groups are gone with them
             rmdir_when_empty(reservation.freezer, wait=2.0)
-        with _locked():  # back where this process was (a worker: its job's cgroup, recreated if pruned meanwhile)
-            for hierarchy, (group, back) in groups.items():
-                if back.parent.name == PARENT and not back.is_dir():  # a job's group, pruned while it was empty
-                    back.mkdir()
-                    if hierarchy == iso.cpuset:
-                        _write(back / "cpuset.mems", _read(back.parent / "cpuset.mems").strip())
-                        _rebalance(back.parent, keep=back)
-                _enter(back)
-                if group != hierarchy:  # (the cpu hierarchy's root stays)
-                    rmdir_when_empty(group, wait=2.0)
-            if held is not None:
-                _rebalance(held.parent)
-
-
-# ----------------------------------------------------------------------------- the measured CPU's ledger
-
-
-@dataclass(frozen=True)
-class Disturbance:
-    """How much of an interval other work had the measured CPU while the measurement wanted it (seconds)."""
-
-    seconds: float  # the interval's wall time
-    lost: float  # time the measurement's processes waited while something else ran there, and steal
-    exact: bool  # from the kernel's pressure accounting (else an upper bound from CPU times)
-    resolution: float  # what the counters resolve
-
-    @property
-    def share(self) -> float:
-        return self.lost / self.seconds if self.seconds > 0 else 0.0
-
-    def substantial(self) -> bool:
-        """Too much to take off a timed run: over ``CORRECTABLE`` when exact, else over ``TOLERANCE``."""
-        return self.lost > max((CORRECTABLE if self.exact else TOLERANCE) * self.seconds, self.resolution)
-
-    @property
-    def correction(self) -> float:
-        """Seconds to take off the run's time: the time others had its CPU, when the kernel accounted it exactly."""
-        return self.lost if self.exact else 0.0
-
-    def __str__(self) -> str:
-        return f"other work took {self.lost * 1e3:.0f} ms of its CPU ({self.share:.0%} of {self.seconds:.2f} s)"
-
-
-@dataclass(frozen=True)
-class _Sample:
-    when: float
-    stolen: float  # seconds the hypervisor took from the CPU
-    full: float = 0.0  # PSI: seconds the group waited while none of it ran
-    busy: float = 0.0  # without PSI: CPU seconds the CPU ran anything
-    own: float = 0.0  # without PSI: CPU seconds of the measurement's processes
-    waited: float = 0.0  # without PSI: seconds they waited to run
-
-
-def _proc_stat(cpu: int) -> tuple[float, float]:
-    """Busy and stolen seconds of ``cpu`` from /proc/stat (busy: user, nice, system, irq, softirq)."""
-    with open("/proc/stat", encoding="ascii") as stat:
-        for line in stat:
-            if line.startswith(f"cpu{cpu} "):
-                ticks = [int(x) for x in line.split()[1:]]
-                return sum(ticks[i] for i in (0, 1, 2, 5, 6)) * _TICK, ticks[7] * _TICK
-    return 0.0, 0.0
-
-
-def _schedstat(tid: int) -> tuple[int, int]:
-    """(ns run, ns waited to run) of a thread; (0, 0) once it is gone."""
-    try:
-        with open(f"/proc/{tid}/schedstat", encoding="ascii") as stat:
-            run, waited, _ = stat.read().split()
-        return int(run), int(waited)
-    except (OSError, ValueError):
-        return 0, 0
-
-
-def _tree(roots: Iterable[int]) -> list[int]:
-    """``roots`` and every live descendant (through ``/proc/PID/task/TID/children``)."""
-    found, todo = [], list(roots)
-    while todo:
-        pid = todo.pop()
-        found.append(pid)
-        with contextlib.suppress(OSError):
-            for tid in os.listdir(f"/proc/{pid}/task"):
-                with open(f"/proc/{pid}/task/{tid}/children", encoding="ascii") as children:
-                    todo += [int(child) for child in children.read().split()]
-    return found
-
-
-class Ledger:
-    """The measured CPU's account: ``sample()`` before and after an interval, then ``between(before, after)``."""
-
-    def __init__(self, reservation: Reservation, roots: Callable[[], list[int]]) -> None:
-        self.cpu = reservation.cpu
-        self.pressure = reservation.pressure
-        self.accounting = reservation.accounting
-        self.roots = roots  # the round process, for the /proc accounting without cgroups
-        self.schedstat = os.path.exists("/proc/self/schedstat")
-        self.resolution = 0.002 if self.pressure or self.accounting else 3 * _TICK
-
-    def sample(self) -> _Sample:
-        stolen = _proc_stat(self.cpu)[1]
-        if self.pressure is not None:
-            for line in _read(self.pressure / "cpu.pressure").splitlines():
-                if line.startswith("full "):
-                    return _Sample(time.perf_counter(), stolen, full=int(line.rsplit("total=", 1)[1]) / 1e6)
-        if self.accounting is not None:
-            every = _read(self.accounting.parent.parent / "cpuacct.usage_percpu").split()  # the hierarchy's root
-            own = _read(self.accounting / "cpuacct.usage_percpu").split()
-            waited = sum(_schedstat(int(t))[1] for t in _read(self.accounting / "tasks").split())
-            busy, own_seconds = int(every[self.cpu]) / 1e9, int(own[self.cpu]) / 1e9
-            return _Sample(time.perf_counter(), stolen, busy=busy, own=own_seconds, waited=waited / 1e9)
-        busy, _ = _proc_stat(self.cpu)
-        run = waited = 0
-        reaped = 0.0  # CPU seconds of children already reaped (their threads are gone from /proc)
-        for pid in _tree(self.roots()):
-            with contextlib.suppress(OSError, ValueError):
-                for tid in os.listdir(f"/proc/{pid}/task"):
-                    ran, delay = _schedstat(int(tid))
-                    run, waited = run + ran, waited + delay
-                with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as stat:
-                    fields = stat.read().rsplit(")", 1)[1].split()
-                reaped += (int(fields[13]) + int(fields[14])) * _TICK  # cutime, cstime
-        return _Sample(time.perf_counter(), stolen, busy=busy, own=run / 1e9 + reaped, waited=waited / 1e9)
-
-    def between(self, before: _Sample, after: _Sample) -> Disturbance:
-        seconds, stolen = after.when - before.when, after.stolen - before.stolen
-        if self.pressure is not None:
-            return Disturbance(seconds, after.full - before.full + stolen, True, self.resolution)
-        others = (after.busy - before.busy) - (after.own - before.own)
-        waited = after.waited - before.waited if self.schedstat else others
-        return Disturbance(seconds, max(0.0, min(others, waited)) + stolen, False, self.resolution)
+        with _locked():
+            _move_back(iso, moves, held)

@@ -36,7 +36,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from grading.sandbox.cpus import rmdir_when_empty
+from grading.sandbox.cgroups import mount_point, rmdir_when_empty
 
 __all__ = ["CellClock", "CpuAccount", "Mark", "account"]
 
@@ -188,14 +188,8 @@ def _survivor(pid: int, before: dict[int, _Process], now: dict[int, _Process]) -
 
 def _hierarchies() -> list[tuple[Path, str, Callable[[Path], float]]]:
     """(mount point, this process's group path in it, usage reader): cgroup v1's cpuacct first, then v2."""
-    mounts: dict[str, Path] = {}
-    with contextlib.suppress(OSError), open("/proc/self/mounts", encoding="utf-8") as lines:
-        for line in lines:
-            fields = line.split()
-            if len(fields) > 3 and fields[2] == "cgroup" and "cpuacct" in fields[3].split(","):
-                mounts.setdefault("cpuacct", Path(fields[1].replace("\\040", " ")))
-            elif len(fields) > 3 and fields[2] == "cgroup2":
-                mounts.setdefault("", Path(fields[1].replace("\\040", " ")))
+    found_mounts = {"cpuacct": mount_point("cgroup", "cpuacct"), "": mount_point("cgroup2")}
+    mounts = {key: point for key, point in found_mounts.items() if point is not None}
     found = []
     with contextlib.suppress(OSError), open("/proc/self/cgroup", encoding="ascii") as groups:
         for line in groups:

@@ -19,7 +19,7 @@ What it means for the test whose hidden lines it showed depends on the evidence:
 * **inconclusive** (fewer lines, each made only of public words: ``import random``,
   ``torch.manual_seed(1)``): the test keeps its score and is flagged for manual grading,
   with a neutral note. ``flagged_for_review(nb)`` names those tests; the flag lives in the
-  test cell's grader metadata, which only the grader writes (``sanitize.prepare`` removes
+  test cell's grader metadata, which only the grader writes (``sanitize.sanitize_and_harden`` removes
   it from every submitted cell, and a kernel cannot write cell metadata), and is cleared
   here before it is set.
 

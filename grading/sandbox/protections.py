@@ -289,7 +289,7 @@ def jail_argv(
     config = {
         "mounts": protections.namespaces,
         "hide": [str(p) for p in hide],
-        "expose": sorted({os.path.realpath(p) for p in (sys.base_prefix, sys.prefix, *package_roots())}),
+        "expose": sorted({os.path.realpath(p) for p in (Path(sys.base_prefix), Path(sys.prefix), *package_roots())}),
         "uid": GRADING_UID_BASE + slot if root else None,
         "gid": GRADING_UID_BASE + slot if root else None,
         "workdir": str(workdir),

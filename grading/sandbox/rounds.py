@@ -17,7 +17,7 @@ process it started (its PID namespace), and removes its working directory. Nothi
 process does can reach the clock, the other side's processes or the code that scores the
 result: those run in this process.
 
-Every wait is also accounted on the measured CPU (``cpus.Ledger``): a timed round during
+Every wait is also accounted on the measured CPU (``ledger.Ledger``): a timed round during
 which other work took a substantial share of that CPU from the process raises
 ``Disturbed`` (carrying its time and result), and so does a wait that ran out of time while
 other work had the CPU. ``Disturbed`` is the machine's doing, never the learner's: measure
@@ -52,15 +52,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, BinaryIO, TextIO
 
-from grading.sandbox.cpus import (
-    REALTIME_PRIORITY,
-    Disturbance,
-    Ledger,
-    Reservation,
-    pausable_group,
-    pause,
-    remove_group,
-)
+from grading.errors import CourseError
+from grading.sandbox.cpus import REALTIME_PRIORITY, Reservation, pausable_group, pause, remove_group
+from grading.sandbox.ledger import Disturbance, Ledger, Sample
 from grading.sandbox.protections import GRADING_UID_BASE, Limits, Protections, jail_argv, parent_death_signal
 
 __all__ = ["Channel", "Disturbed", "Message", "RoundError", "RoundProcess", "echo", "main", "starter"]
@@ -69,8 +63,13 @@ MAX_HEADER = 1 << 20  # bytes of a message's JSON header at most
 MAX_ARRAYS = 64 << 20  # bytes of a message's arrays at most
 
 
-class RoundError(Exception):
-    """A timed-round process failed: it raised, broke the protocol, ran out of time or died."""
+class RoundError(CourseError):
+    """A timed-round process failed: it raised, broke the protocol, ran out of time or died.
+
+    Its message reaches a person: the referee turns it into the test's failure message (an
+    answer's process) or a grader-problem note (the baseline's, or a referee that lets it
+    through).
+    """
 
     def __init__(self, message: str, details: str = "", *, timeout: bool = False) -> None:
         super().__init__(message)
@@ -375,7 +374,7 @@ class RoundProcess:
         """Send ``spec`` and time the reply: ``(seconds, message)``, seconds by this process's clock.
 
         Less the time other work had the process's CPU when the kernel accounted it exactly
-        (``cpus.Disturbance.correction``). A ``timed`` round (one whose time counts) raises
+        (``ledger.Disturbance.correction``). A ``timed`` round (one whose time counts) raises
         ``Disturbed`` when other work took more than that can fairly correct; any round does
         when it ran out of time while other work had that much of its CPU.
         """
@@ -396,7 +395,7 @@ class RoundProcess:
             raise Disturbed(f"a timed run was disturbed: {self.disturbance}", self.disturbance, seconds, message)
         return seconds - self.disturbance.correction, message
 
-    def _blame(self, before: Any, what: str) -> None:
+    def _blame(self, before: Sample, what: str) -> None:
         """A wait ran out of time: ``Disturbed`` if other work had a substantial share of the CPU meanwhile.
 
         With exact accounting, the kernel's fair server alone (at most 5 % of the CPU) is not

@@ -1,4 +1,4 @@
-"""The harness of ``tests/test_wrong_answers.py``: a wrong answer, and running one exercise with it.
+"""The one home of the wrong answers, and their harness: a wrong answer, and running one exercise with it.
 
 ``run_exercise`` runs the notebook's setup cell, the exercise's own code cells (the functions
 or data it asks about, as in notebook 11), an answer (the notebook's solution by default) and
@@ -6,18 +6,23 @@ the exercise's test cell in a fresh namespace. ``hidden=False`` runs only the vi
 the test cell: what a learner's Validate runs.
 
 Each ``nbNN.py`` module of this package holds every case for notebook NN, in a list named
-``WRONG``; ``tests/test_wrong_answers.py`` runs them all and keeps none of its own.
+``WRONG``; ``every_wrong_answer()`` gathers them. ``tests/notebooks/test_wrong_answers.py`` runs
+them all through the visible tests, ``tests/grading/sandbox/test_leaks.py`` through grading; neither
+keeps a case of its own.
 """
 
 from __future__ import annotations
 
+import importlib
+import pkgutil
 from dataclasses import dataclass
 from pathlib import Path
 
 from IPython.core.inputtransformer2 import TransformerManager
-from nbtools import NOTEBOOK_DIR, is_solution_cell, is_test_cell, nbgrader_meta, read
 
-__all__ = ["HIDDEN", "Wrong", "notebook_path", "run_exercise"]
+from tests.support.nbtools import NOTEBOOK_DIR, is_solution_cell, is_test_cell, nbgrader_meta, read
+
+__all__ = ["HIDDEN", "Wrong", "every_wrong_answer", "notebook_path", "run_exercise"]
 
 HIDDEN = "### BEGIN HIDDEN TESTS"
 
@@ -30,6 +35,16 @@ class Wrong:
     answer: str
     match: str  # a regular expression the failure message must match
     hidden: bool = True  # False: the visible tests alone must catch it
+
+
+def every_wrong_answer() -> list[Wrong]:
+    """Every list named ``WRONG`` in this package's ``nbNN`` modules, in notebook order."""
+    return [
+        wrong
+        for module in sorted(pkgutil.iter_modules(__path__), key=lambda m: m.name)
+        if module.name.startswith("nb")
+        for wrong in importlib.import_module(f"{__name__}.{module.name}").WRONG
+    ]
 
 
 def notebook_path(prefix: str) -> Path:

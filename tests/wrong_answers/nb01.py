@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from wrong_answers import Wrong
+from tests.wrong_answers import Wrong
 
 FLOPS = "def matmul_flops(m, n, k):\n"
 TIMER = "def time_per_call(fn, sync, repeats, clock=time.perf_counter):\n"
@@ -50,7 +50,7 @@ TIMER_ALL_CALLS_TIMED = (
     + "    return (clock() - start) / repeats\n"
 )
 
-# Moved from tests/test_wrong_answers.py (the earlier review lists).
+# Moved from tests/notebooks/test_wrong_answers.py (the earlier review lists).
 TIMED_LOOP = "    for _ in range(repeats): fn()\n"
 
 

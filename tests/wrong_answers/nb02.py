@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from wrong_answers import Wrong
+from tests.wrong_answers import Wrong
 
 _ESTIMATE = """
 def training_memory_bytes(model, optimizer):
@@ -112,7 +112,7 @@ def mlp_activation_bytes(batch_size, in_features, hidden, depth, dtype):
     return batch_size * (in_features + (depth + 1) * hidden) * torch.empty((), dtype=dtype).element_size()
 """
 
-# Moved from tests/test_wrong_answers.py (the earlier review lists).
+# Moved from tests/notebooks/test_wrong_answers.py (the earlier review lists).
 # 02 · Measure and reduce memory
 FROZEN_GET_GRADIENTS = """
 def training_memory_bytes(model, optimizer):

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from wrong_answers import Wrong
+from tests.wrong_answers import Wrong
 
 OPTIONS = """
 def loader_options(device, num_workers):
@@ -88,7 +88,7 @@ def shard_indices(num_samples, num_replicas, shuffle, seed=0, epoch=0):
 """
 AS_TENSORS = SHARDS.replace("SEED", "seed=seed").replace("list(sampler)", "torch.tensor(list(sampler))")
 
-# Moved from tests/test_wrong_answers.py (the earlier review lists).
+# Moved from tests/notebooks/test_wrong_answers.py (the earlier review lists).
 # 03 · Feed the model with batches
 PIN_FOR_ANY_ACCELERATOR = """
 def loader_options(device, num_workers):

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from wrong_answers import Wrong
+from tests.wrong_answers import Wrong
 
 BATCHNORM = """
 def batchnorm1d_forward(x, weight, bias, running_mean, running_var, training, momentum=0.1, eps=1e-5):
@@ -90,7 +90,7 @@ def freeze(modules: str = "model.modules()", action: str = "module.eval()") -> s
     return FREEZE.replace("MODULES", modules).replace("ACTION", action)
 
 
-# Moved from tests/test_wrong_answers.py (the earlier review lists).
+# Moved from tests/notebooks/test_wrong_answers.py (the earlier review lists).
 # 04 · Stabilise training with BatchNorm
 BIASED_RUNNING_VAR = """
 def batchnorm1d_forward(x, weight, bias, running_mean, running_var, training, momentum=0.1, eps=1e-5):

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from wrong_answers import Wrong
+from tests.wrong_answers import Wrong
 
 KAIMING = """
 def kaiming_normal(fan_out, fan_in, gain=math.sqrt(2.0), generator=None):
@@ -56,7 +56,7 @@ RETURNS_A_TENSOR = UNITS.replace("FIRST", "next(m for m in model.modules() if is
     "return bool(torch.allclose(grad, grad[:1].expand_as(grad)))", "return (grad == grad[0]).all()"
 )
 
-# Moved from tests/test_wrong_answers.py (the earlier review lists).
+# Moved from tests/notebooks/test_wrong_answers.py (the earlier review lists).
 KAIMING_WITH_INIT = """
 def kaiming_normal(fan_out, fan_in, gain=math.sqrt(2.0), generator=None):
     weight = torch.empty(fan_out, fan_in)

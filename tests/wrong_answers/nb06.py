@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from wrong_answers import Wrong
+from tests.wrong_answers import Wrong
 
 CLIP_WITHOUT_EPSILON = """
 def clip_global_norm_(parameters, max_norm):
@@ -91,7 +91,7 @@ def clipped_amp_step(model, optimizer, scaler, max_norm):
 """
 EX1, EX2, EX3 = "ex1_clip_global_norm", "ex2_clip_coefficient", "ex3_clipped_amp_step"
 
-# Moved from tests/test_wrong_answers.py (the earlier review lists).
+# Moved from tests/notebooks/test_wrong_answers.py (the earlier review lists).
 CLIP_BODY = """
     grads = [p.grad for p in parameters if p.grad is not None]
     total_norm = torch.sqrt(sum(g.pow(2).sum() for g in grads))

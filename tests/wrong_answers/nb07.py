@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from wrong_answers import Wrong
+from tests.wrong_answers import Wrong
 
 CUDA_FLOAT32_LIST = """
 def predict_autocast_dtype(op, input_dtype):
@@ -73,7 +73,7 @@ def update_scale(scale, growth_tracker, found_inf, growth_factor=2.0, backoff_fa
 
 EX1, EX2, EX3 = "ex1_predict_autocast_dtype", "ex2_count_lost", "ex3_update_scale"
 
-# Moved from tests/test_wrong_answers.py (the earlier review lists).
+# Moved from tests/notebooks/test_wrong_answers.py (the earlier review lists).
 RUNS_AUTOCAST = """
 from torch import autocast as cast_automatically
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from wrong_answers import Wrong
+from tests.wrong_answers import Wrong
 
 CONTIGUOUS_BLOCKS = """
 def shard_indices(num_samples, num_replicas, rank):
@@ -45,7 +45,7 @@ def ring_allreduce_bytes(num_elements, world_size, element_size=4):
 
 EX1, EX2, EX3, EX4 = "ex1_shard_indices", "ex2_all_reduce_mean", "ex3_scale_for_ranks", "ex4_ring_allreduce_bytes"
 
-# Moved from tests/test_wrong_answers.py (the earlier review lists).
+# Moved from tests/notebooks/test_wrong_answers.py (the earlier review lists).
 SHARDS_FROM_SAMPLER = """
 def shard_indices(num_samples, num_replicas, rank):
     return list(DistributedSampler(range(num_samples), num_replicas=num_replicas, rank=rank, shuffle=False))

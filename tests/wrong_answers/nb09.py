@@ -8,7 +8,7 @@ flattened by its required data names only.
 
 from __future__ import annotations
 
-from wrong_answers import Wrong
+from tests.wrong_answers import Wrong
 
 _DEQUANTIZE = """
 
@@ -71,7 +71,7 @@ BYTES_OF_DATA_NAMES = _FLATTEN.format(
     tensors="model.state_dict().values() if isinstance(t, torch.Tensor)",
 )
 
-# Moved from tests/test_wrong_answers.py (the earlier review lists).
+# Moved from tests/notebooks/test_wrong_answers.py (the earlier review lists).
 QUANTIZE_WITH_TORCH = """
 def quantize_per_tensor(x, scale, zero_point, dtype):
     legacy = {torch.uint8: torch.quint8, torch.int8: torch.qint8}[dtype]

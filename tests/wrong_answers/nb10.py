@@ -7,7 +7,7 @@ directory itself passed as the trace's path, a name matched as a substring.
 
 from __future__ import annotations
 
-from wrong_answers import Wrong
+from tests.wrong_answers import Wrong
 
 _STEP = """
 def labelled_step(model, optimizer, X, y, prefix):
@@ -87,7 +87,7 @@ def event_stats(trace, name):
 HOST_READ = r"labelled_step read a tensor on the host.*the code called torch\."
 NESTED = r"'step/(backward|optimizer)' runs inside 'step/(forward|backward)'"
 
-# Moved from tests/test_wrong_answers.py (the earlier review lists).
+# Moved from tests/notebooks/test_wrong_answers.py (the earlier review lists).
 STEPS_FROM_SCHEDULE = """
 def recorded_steps(wait, warmup, active, repeat, skip_first, num_steps):
     import warnings

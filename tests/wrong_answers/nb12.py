@@ -1,6 +1,6 @@
 """Wrong answers to notebook 12's exercises that its visible tests reject (issue 23, section 3).
 
-Each is an answer a learner would write, beyond the cases in ``tests/test_wrong_answers.py``:
+Each is an answer a learner would write, beyond the cases in ``tests/notebooks/test_wrong_answers.py``:
 the division by 16 left out (standardising looks scale-free, but the eps is not), the eps left
 out or put under the square root as layer norm does, statistics per pixel over the images
 instead of per image, a float64 result, a loop hidden in ``map`` (exercise 1); autocast
@@ -9,12 +9,13 @@ entered without ``enabled`` (it is on with ``dtype=None``), the device type read
 never, the loss printed every tenth step, the loss stored through ``.cpu()``, the optimizer
 step taken under autocast, the model cast instead of autocast (exercise 2); the graded task's
 images used for every task, the digits loaded from the split instead of ``task.data()``,
-statistics per pixel, the first epoch's batches repeated (exercise 3).
+statistics per pixel, the first epoch's batches repeated, the course's reference solution
+handed in as the answer (the yardstick the speed points are scaled by) (exercise 3).
 """
 
 from __future__ import annotations
 
-from wrong_answers import Wrong
+from tests.wrong_answers import Wrong
 
 _IMAGES = """
 def standardize_images(pixels):
@@ -127,7 +128,7 @@ FAST_FIRST_EPOCH_AGAIN = _FAST.format(
 _WRONG_VALUES = "has the right shape and dtype but wrong values"
 _DRAWN = r"warm-up, on weights and images drawn for it\): the loss at step"
 
-# Moved from tests/test_wrong_answers.py (the earlier review lists).
+# Moved from tests/notebooks/test_wrong_answers.py (the earlier review lists).
 IMAGES_GLOBAL_STATS = """
 def standardize_images(pixels):
     x = pixels.float() / 16.0
@@ -254,6 +255,14 @@ def fast_train(task, device):
     return model, losses.tolist()
 """
 
+FAST_THE_REFERENCE = """
+from course_utils.capstone.reference import reference_train
+
+
+def fast_train(task, device):
+    return reference_train(task, device)
+"""
+
 FAST_HARD_CODED_WIDTH = """
 def fast_train(task, device):
     return slow_train(replace(task, hidden=128), device)
@@ -301,4 +310,6 @@ WRONG = [
     Wrong("12", "ex3_fast_train", "shuffles on its own", FAST_OWN_SHUFFLE, "loss at step", False),
     Wrong("12", "ex3_fast_train", "losses as a list", FAST_LOSS_LIST, "torch.Tensor of losses", False),
     Wrong("12", "ex3_fast_train", "hard-codes the width", FAST_HARD_CODED_WIDTH, "named and shaped", False),
+    Wrong("12", "ex3_fast_train", "hands in the reference", FAST_THE_REFERENCE,
+          "runs the course's reference_train", False),
 ]  # fmt: skip

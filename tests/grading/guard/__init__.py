@@ -1,0 +1,1 @@
+"""Tests of ``grading.guard``, the guard around every graded test cell."""

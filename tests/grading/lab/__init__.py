@@ -1,0 +1,1 @@
+"""Tests of ``grading.lab``: the learner's workspace."""
