@@ -43,17 +43,17 @@ test: $(STAMP)  ## lint, check notebooks, run unit tests and every notebook (sma
 	$(BIN)/ruff check course_utils grading tools tests notebooks docs
 	$(BIN)/mypy
 	$(BIN)/nbstripout --verify notebooks/*.ipynb
-	COURSE_QUICK=1 $(BIN)/pytest $(if $(filter-out 1,$(TEST_JOBS)),-n $(TEST_JOBS) --dist loadgroup) -m "not slow_grading" $(PYTEST_ARGS)
+	COURSE_QUICK=1 $(BIN)/pytest $(if $(filter-out 1,$(TEST_JOBS)),-n $(TEST_JOBS) --dist loadfile) -m "not slow_grading" $(PYTEST_ARGS)
 
 # `make test-fast`: what to run after changing a module (README.md, Testing). The unit tests only: the doctests
 # and tests/course_utils, tests/grading, tests/tools, tests/project; no notebooks, no tests/grading_end_to_end,
 # nothing marked slow_grading or slow (a unit test that starts kernels or servers for seconds).
 FAST_TESTS := course_utils grading tools/gpu_check.py tests/course_utils tests/grading tests/tools tests/project
 test-fast: lint  ## ruff, mypy and the unit tests (no notebooks, no end-to-end grading): under a minute on 2 quiet cores
-	COURSE_QUICK=1 $(BIN)/pytest $(if $(filter-out 1,$(TEST_JOBS)),-n $(TEST_JOBS) --dist loadgroup) -m "not slow_grading and not slow" $(FAST_TESTS) $(PYTEST_ARGS)
+	COURSE_QUICK=1 $(BIN)/pytest $(if $(filter-out 1,$(TEST_JOBS)),-n $(TEST_JOBS) --dist loadfile) -m "not slow_grading and not slow" $(FAST_TESTS) $(PYTEST_ARGS)
 
 grading-test: $(STAMP)  ## the slow grading tests: notebook 12's exploit corpus, a Dask cluster, a PostgreSQL gradebook, nbgrader fidelity
-	COURSE_QUICK=1 $(BIN)/pytest $(if $(filter-out 1,$(TEST_JOBS)),-n $(TEST_JOBS) --dist loadgroup) -m slow_grading $(PYTEST_ARGS)
+	COURSE_QUICK=1 $(BIN)/pytest $(if $(filter-out 1,$(TEST_JOBS)),-n $(TEST_JOBS) --dist loadfile) -m slow_grading $(PYTEST_ARGS)
 
 colab-test: $(STAMP)  ## the Colab path: a fresh venv with only what Colab ships, each student notebook's setup cell, then the notebook
 	COURSE_COLAB_TEST=1 $(BIN)/pytest tests/notebooks/test_colab.py $(PYTEST_ARGS)

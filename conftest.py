@@ -39,25 +39,35 @@ def _is_xdist_worker(config: pytest.Config) -> bool:
     return hasattr(config, "workerinput")
 
 
-@pytest.hookimpl(tryfirst=True)  # before pytest-xdist's worker reads the groups
 def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config, items: list[pytest.Item]) -> None:
     if not _is_xdist_worker(config):  # with pytest-xdist, the controller checks (below): workers run a share
         _expect(config.rootpath, [item.nodeid for item in items])
-    _group_by_file(items)
 
 
-def _group_by_file(items: list[pytest.Item]) -> None:
-    """Keep each file's tests on one pytest-xdist worker, except those marked ``independent``.
+SPREAD_FILES = ("tests/notebooks/test_exercises.py", "tests/notebooks/test_wrong_answers.py")
+"""Files whose tests each stand alone (each runs a notebook or an exercise of its own, no shared fixture)."""
 
-    ``make test`` distributes with ``--dist loadgroup``: a notebook's cells, and a file's
-    module-scoped fixtures (a graded course, a cluster), must stay on one worker, so every
-    test is grouped by its file. A file whose tests each stand alone (each runs a whole
-    notebook, say) is marked ``independent`` and its tests are shared out one by one, so no
-    worker is left with all of them.
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object | None:
+    """``--dist loadfile``, except that the tests of ``SPREAD_FILES`` are shared out one by one.
+
+    A file's tests, and a notebook's cells, stay on one worker (in order, with the file's
+    fixtures made once); the files of ``SPREAD_FILES`` would leave one worker with minutes of
+    notebook runs while the other idles. (pytest-xdist's own ``--dist loadgroup`` cannot do
+    this with pytest 9: it renames items through ``item._nodeid``, which pytest 9 no longer
+    reads, so every test becomes a group of its own.)
     """
-    for item in items:
-        if item.get_closest_marker("independent") is None:
-            item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::", 1)[0]))
+    if config.getoption("dist") != "loadfile":
+        return None
+    from xdist.scheduler import LoadFileScheduling
+
+    class FilesWithSpreadTests(LoadFileScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            path = nodeid.split("::", 1)[0]
+            return nodeid if path in SPREAD_FILES else path
+
+    return FilesWithSpreadTests(config, log)
 
 
 @pytest.hookimpl(optionalhook=True)

@@ -35,6 +35,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from grading.sandbox.cgroups import detect_layout
 from grading.sandbox.cpus import REALTIME_PRIORITY, CpuIsolation, isolation
 
 __all__ = [
@@ -93,6 +94,7 @@ class Protections:
     level: str  # "root" | "userns" | "none"
     notes: tuple[str, ...] = field(default=())
     cpu: CpuIsolation | None = None  # what a measured test gets here (None: not probed)
+    cgroups: str = ""  # the cgroup layout the host mounts ("v1", "v2", "hybrid", "none"; "": not probed)
 
     @property
     def namespaces(self) -> bool:
@@ -117,10 +119,15 @@ class Protections:
             ]
         if self.cpu is not None:
             gaps += self.cpu.missing()
+        if self.cgroups == "v2" and self.level == "root":
+            gaps.append(
+                "cgroup v2 only: the grader's cgroup protections (a measured test's own CPU, a CPU share per job, "
+                "pausing the idle side of a round) are written for cgroup v1 and are off on this host"
+            )
         return gaps
 
     def describe(self) -> str:
-        lines = [f"sandbox: {self.level}"]
+        lines = [f"sandbox: {self.level}" + (f" (cgroups: {self.cgroups})" if self.cgroups else "")]
         lines += [f"  missing protection: {gap}" for gap in self.missing()]
         lines += [f"  note: {note}" for note in self.notes]
         return "\n".join(lines)
@@ -152,9 +159,9 @@ def detect(level: str = "auto") -> Protections:
         else:
             probe = [unshare, "--map-root-user", *_NAMESPACES, "true"]
         if _works(probe):
-            return Protections(candidate, tuple(notes), isolation(candidate))
+            return Protections(candidate, tuple(notes), isolation(candidate), detect_layout())
         notes.append(f"{candidate}-level isolation was tried and is not permitted here")
-    return Protections("none", tuple(notes), isolation("none"))
+    return Protections("none", tuple(notes), isolation("none"), detect_layout())
 
 
 class SlotLease:

@@ -18,8 +18,6 @@ from nbformat.v4 import new_code_cell, new_notebook, new_output
 
 from tests.support.nbtools import NOTEBOOKS, clear_solutions, execute, exercise_problems, read
 
-pytestmark = pytest.mark.independent  # each test runs a notebook of its own
-
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
 def test_test_cells_fail_and_demos_run_without_solutions(path):

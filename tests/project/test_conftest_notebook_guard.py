@@ -38,3 +38,11 @@ def test_guard_fails_when_a_cell_is_skipped(pytester, workers):
     result = pytester.runpytest_subprocess("--nbval-lax", "--nbval-current-env", "-p", "no:cacheprovider", *workers)
     result.stdout.fnmatch_lines(["*notebook guard: demo.ipynb: only 1 of 2 code cells ran and passed*"])
     assert result.ret == pytest.ExitCode.TESTS_FAILED
+
+
+def test_the_files_whose_tests_are_shared_out_exist():
+    """A renamed file in the root conftest's SPREAD_FILES would silently go back to one worker."""
+    import conftest
+
+    for path in conftest.SPREAD_FILES:
+        assert (ROOT / path).is_file(), path

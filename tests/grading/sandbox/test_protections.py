@@ -26,6 +26,18 @@ def test_detect_returns_a_level_that_works():
     assert detect("none").level == "none"
 
 
+def test_the_cgroup_layout_is_named_beside_the_level():
+    assert PROTECTIONS.cgroups in {"v1", "v2", "hybrid", "none"}
+    assert PROTECTIONS.describe().startswith(f"sandbox: {PROTECTIONS.level} (cgroups: {PROTECTIONS.cgroups})")
+
+
+def test_a_cgroup_v2_only_host_says_its_cgroup_protections_are_off():
+    v2_only = [gap for gap in Protections("root", cgroups="v2").missing() if "cgroup v2 only" in gap]
+    assert len(v2_only) == 1 and "measured test's own CPU" in v2_only[0]
+    for layout in ("v1", "hybrid", "none", ""):
+        assert not any("cgroup v2 only" in gap for gap in Protections("root", cgroups=layout).missing())
+
+
 def _run_in_jail(protections: Protections, script: str, hide: list[Path]) -> str:
     with tempfile.TemporaryDirectory() as tmp:
         base = Path(tmp)
