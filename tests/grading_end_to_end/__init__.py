@@ -1,3 +1,4 @@
 """The slow whole-grader suite: real classes graded end to end by ``course``, across many modules.
 
-Most of it is marked ``slow_grading`` (``make grading-test``); ``make test-fast`` leaves the folder out."""
+Every file is marked ``slow_grading``: ``make grading-test`` runs them, ``make test`` and ``make
+test-fast`` leave the folder out (``test_browser_formgrader.py`` runs in ``make browser-test``)."""

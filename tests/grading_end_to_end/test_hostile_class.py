@@ -31,6 +31,8 @@ from grading.sandbox.protections import Limits, MiB, detect
 from tests.fixtures.grading import grading_cases as cases
 from tests.support.paths import FIXTURES
 
+pytestmark = pytest.mark.slow_grading  # tests/grading_end_to_end/ is `make grading-test`
+
 # Tight limits keep the class within the suite's budget; the hostile cases hit them on purpose.
 TEST_LIMITS = Limits(
     cell_timeout=6,

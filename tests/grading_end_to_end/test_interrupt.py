@@ -18,6 +18,8 @@ from tests.fixtures.grading import grading_cases as cases
 from tests.support.paths import FIXTURES, ROOT
 from tests.support.processes import marked_processes, wait_for
 
+pytestmark = pytest.mark.slow_grading  # tests/grading_end_to_end/ is `make grading-test`
+
 MARK = "271.828"  # the slow submission's child process: `sleep 271.828`, found by its arguments
 SLOW_CELL = f'import subprocess\nsubprocess.run(["sleep", "{MARK}"])'
 COURSE = [sys.executable, "-m", "grading"]

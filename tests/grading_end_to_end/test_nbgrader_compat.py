@@ -39,6 +39,8 @@ from grading.sandbox.protections import detect
 from grading.validate import validate
 from tests.fixtures.grading import compat_students as students
 
+pytestmark = pytest.mark.slow_grading  # tests/grading_end_to_end/ is `make grading-test`
+
 A = students.ASSIGNMENT
 
 
