@@ -6,6 +6,7 @@ from __future__ import annotations
 import html
 import json
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -229,7 +230,9 @@ def test_a_cell_that_waits_for_ever_is_stopped_by_the_wall_clock_limit(tmp_path,
     execute(nb, _kernels(tmp_path), Limits(cell_timeout=1, notebook_timeout=60), notes)
     assert "4 s wall-clock time limit" in nb.cells[0].outputs[-1]["evalue"], nb.cells[0].outputs
     assert _printed(nb.cells[1]) == "after\n"
-    assert len(notes) == 1 and "4 s wall-clock time limit" in notes[0] and "0.0 s" in notes[0], notes
+    assert len(notes) == 1 and "4 s wall-clock time limit" in notes[0], notes
+    used = float(re.search(r"having used ([0-9.]+) s of its 1 s of CPU time", notes[0]).group(1))
+    assert used < 0.5, notes  # a sleep: the kernel's own bookkeeping only (0.0-0.1 s, more on a loaded machine)
     assert "it was waiting" in notes[0] and not notes[0].startswith(GRADER_PROBLEM), notes
 
 
