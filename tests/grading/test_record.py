@@ -28,19 +28,6 @@ ON_TIME, TWO_DAYS_LATE = "2026-01-10 12:00:00 UTC", "2026-01-12 12:00:00 UTC"
 
 
 @pytest.fixture(scope="module")
-def _gradebook_head_read_in_process():
-    """A new nbgrader gradebook is stamped with ``alembic heads`` run as a process (seconds): read it in-process."""
-    from alembic.script import ScriptDirectory
-    from nbgrader import api
-    from nbgrader.dbutil import ALEMBIC_DIR
-
-    head = ScriptDirectory(ALEMBIC_DIR).get_current_head()
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(api, "get_alembic_version", lambda: head)
-        yield
-
-
-@pytest.fixture(scope="module")
 def released(tmp_path_factory, _gradebook_head_read_in_process) -> Course:
     course = Course(tmp_path_factory.mktemp("released") / "compat")
     shutil.copytree(FIXTURES / "compat_course", course.root)

@@ -14,18 +14,7 @@ from grading.coursedir import Course
 from grading.errors import CourseError
 from grading.submissions import Submission, find_submissions, matching_notebooks, notebook_glob
 
-
-@pytest.fixture(autouse=True, scope="module")
-def _gradebook_head_read_in_process():
-    """A new nbgrader gradebook is stamped with ``alembic heads`` run as a process (seconds): read it in-process."""
-    from alembic.script import ScriptDirectory
-    from nbgrader import api
-    from nbgrader.dbutil import ALEMBIC_DIR
-
-    head = ScriptDirectory(ALEMBIC_DIR).get_current_head()
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(api, "get_alembic_version", lambda: head)
-        yield
+pytestmark = pytest.mark.usefixtures("_gradebook_head_read_in_process")  # tests/grading/conftest.py
 
 
 def _course(root: Path, *config: str, assignments: tuple[str, ...] = ("ps1", "ps2")) -> Course:
