@@ -1,4 +1,4 @@
-# Two commands: `make lab` (open the course) and `make test` (run every check).
+# Two commands: `make lab` (open the course) and `make test` (lint, unit tests, every notebook; CI runs the other *-test targets too).
 # Both create .venv on first use and reinstall only when the pins change.
 # `make lab` serves workspace/ (the learner's copies of the student versions, ignored by git);
 # `make lab-instructor` serves notebooks/ (solutions and hidden tests).
@@ -15,7 +15,7 @@ TEST_JOBS ?= 2
 # Jupyter refuses to run as root unless told; containers and CI machines often are root.
 ROOT_FLAG := $(if $(filter 0,$(shell id -u)),--allow-root)
 
-.PHONY: lab lab-instructor workspace test test-fast grading-test colab-test browser-test chromium site install lint release grade-benchmark coordinator-benchmark capstone-benchmark gpu-check set-repo-url clean
+.PHONY: lab lab-instructor workspace test exercises-test test-fast grading-test colab-test browser-test chromium site install lint release grade-benchmark coordinator-benchmark capstone-benchmark gpu-check set-repo-url clean
 
 # Two distributions, both editable: course_utils (this folder's pyproject.toml, what notebooks import)
 # and the grader (grading/pyproject.toml, the `course` command).
@@ -43,7 +43,12 @@ test: $(STAMP)  ## lint, check notebooks, run unit tests and every notebook (sma
 	$(BIN)/ruff check course_utils grading tools tests notebooks docs
 	$(BIN)/mypy
 	$(BIN)/nbstripout --verify notebooks/*.ipynb
-	COURSE_QUICK=1 $(BIN)/pytest $(if $(filter-out 1,$(TEST_JOBS)),-n $(TEST_JOBS) --dist loadfile) -m "not slow_grading" $(PYTEST_ARGS)
+	COURSE_QUICK=1 $(BIN)/pytest $(if $(filter-out 1,$(TEST_JOBS)),-n $(TEST_JOBS) --dist loadfile) -m "not slow_grading and not exercises" $(PYTEST_ARGS)
+
+# `make exercises-test`: the exercises as a learner meets them (README.md, Testing): every notebook once more with its
+# solutions removed, and every wrong answer of tests/wrong_answers/. After changing an exercise, its tests or a demo.
+exercises-test: $(STAMP)  ## each notebook without its solutions (test cells fail, demos run) and every plausible wrong answer
+	COURSE_QUICK=1 $(BIN)/pytest $(if $(filter-out 1,$(TEST_JOBS)),-n $(TEST_JOBS) --dist loadfile) -m exercises tests/notebooks $(PYTEST_ARGS)
 
 # `make test-fast`: what to run after changing a module (README.md, Testing). The unit tests only: the doctests
 # and tests/course_utils, tests/grading, tests/tools, tests/project; no notebooks, no tests/grading_end_to_end,

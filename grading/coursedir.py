@@ -57,6 +57,9 @@ def load_config(root: Path) -> Config:
     if str(root) not in sys.path:
         sys.path.insert(0, str(root))
     app = NbGrader(log_level=logging.ERROR)
+    # traitlets' default logs an exception raised by the config file and grades with the defaults (another
+    # gradebook, other limits): a course whose configuration cannot be read is not graded at all
+    app.raise_config_file_errors = True
     try:
         app.initialize([], root=str(root))
     except SystemExit as exit_:  # traitlets exits on a broken config file

@@ -24,9 +24,7 @@ from grading.feedback_preprocessors import TestResults as Results  # not collect
 from grading.guard import ROLE_KEY
 from grading.jobs import Outcome
 from grading.record import Recorder
-from grading.release import release
 from grading.submissions import Submission
-from tests.support.paths import FIXTURES
 
 pytestmark = pytest.mark.filterwarnings("ignore::sqlalchemy.exc.SAWarning")
 
@@ -96,19 +94,10 @@ def test_the_command_hides_hidden_tests_unless_asked_and_leaves_out_hand_grading
 # -- with a gradebook --------------------------------------------------------------------------------------------
 
 
-@pytest.fixture(scope="module")
-def released(tmp_path_factory, _gradebook_head_read_in_process) -> Course:
-    course = Course(tmp_path_factory.mktemp("released") / "compat")
-    shutil.copytree(FIXTURES / "compat_course", course.root)
-    release(course, duedate="2026-01-10 17:00:00 UTC")
-    return course
-
-
 @pytest.fixture
-def course(released, tmp_path) -> Course:
-    copy = Course(tmp_path / "compat")
-    shutil.copytree(released.root, copy.root)
-    return copy
+def course(compat_course) -> Course:
+    """The compatibility course, released (tests/grading/conftest.py), in a copy of this test's own."""
+    return compat_course
 
 
 def _graded(course: Course, student: str, scores: dict, stamp: str = "2026-01-10 12:00:00 UTC") -> None:

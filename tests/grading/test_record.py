@@ -8,38 +8,25 @@ started day.
 
 from __future__ import annotations
 
-import shutil
-
 import pytest
 
 from grading.converter import AutogradeConverter
 from grading.coursedir import Course
 from grading.jobs import Outcome
 from grading.record import Recorder
-from grading.release import release
 from grading.sandbox.execute import GRADER_PROBLEM
 from grading.submissions import Submission
-from tests.support.paths import FIXTURES
 
 pytestmark = pytest.mark.filterwarnings("ignore::sqlalchemy.exc.SAWarning")  # nbgrader's own session use
 
-DUE = "2026-01-10 17:00:00 UTC"
+# against the due date COMPAT_DUE (tests/grading/conftest.py): 2026-01-10 17:00 UTC
 ON_TIME, TWO_DAYS_LATE = "2026-01-10 12:00:00 UTC", "2026-01-12 12:00:00 UTC"
 
 
-@pytest.fixture(scope="module")
-def released(tmp_path_factory, _gradebook_head_read_in_process) -> Course:
-    course = Course(tmp_path_factory.mktemp("released") / "compat")
-    shutil.copytree(FIXTURES / "compat_course", course.root)
-    release(course, duedate=DUE)
-    return course
-
-
 @pytest.fixture
-def course(released, tmp_path) -> Course:
-    copy = Course(tmp_path / "compat")
-    shutil.copytree(released.root, copy.root)
-    return copy
+def course(compat_course) -> Course:
+    """The compatibility course, released (tests/grading/conftest.py), in a copy of this test's own."""
+    return compat_course
 
 
 def _submit(course: Course, student: str, *notebooks: str, stamp: str | None = ON_TIME) -> Submission:

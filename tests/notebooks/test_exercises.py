@@ -18,6 +18,8 @@ from nbformat.v4 import new_code_cell, new_notebook, new_output
 
 from tests.support.nbtools import NOTEBOOKS, clear_solutions, execute, exercise_problems, read
 
+pytestmark = pytest.mark.exercises  # `make exercises-test` runs these, `make test` leaves them out
+
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
 def test_test_cells_fail_and_demos_run_without_solutions(path):

@@ -19,8 +19,11 @@ import pytest
 from tests.support.nbtools import is_solution_cell, nbgrader_meta, read
 from tests.wrong_answers import every_wrong_answer, notebook_path, run_exercise
 
-# Notebook 09's "asks torch" wrong answer calls torch.quantize_per_tensor, which torch says is deprecated.
-pytestmark = pytest.mark.filterwarnings("ignore:torch.quantize_per_tensor:UserWarning")
+pytestmark = [
+    pytest.mark.exercises,  # `make exercises-test` runs these, `make test` leaves them out
+    # Notebook 09's "asks torch" wrong answer calls torch.quantize_per_tensor, which torch says is deprecated.
+    pytest.mark.filterwarnings("ignore:torch.quantize_per_tensor:UserWarning"),
+]
 
 # Every list named WRONG in tests/wrong_answers/nbNN.py: each wrong answer has one home, its notebook's module.
 WRONG = every_wrong_answer()

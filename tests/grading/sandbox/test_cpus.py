@@ -374,26 +374,14 @@ def test_a_paused_round_process_and_all_it_started_use_no_cpu(measurement):
     assert not group.exists()  # killed (thawed first) and its group removed
 
 
-def test_a_round_that_runs_out_of_time_alone_is_the_processes_own_failure():
+def test_a_round_that_runs_out_of_time_alone_is_the_processes_own_failure(measurement):
     """No other work involved (a sleep): the timeout is a RoundError (the learner's), not Disturbed."""
-    lease = SlotLease(1, PROTECTIONS.level == "root")
-    slot = lease.slots[0]
-    uid = GRADING_UID_BASE + slot if PROTECTIONS.level == "root" else None
-    try:
-        with (
-            tempfile.TemporaryDirectory(prefix="cpus-test-") as tmp,
-            cpus.reserve(PROTECTIONS.level, slot, uid, wait=600) as held,
-        ):
-            base = Path(tmp)
-            base.chmod(0o711)
-            with starter(PROTECTIONS, Limits(), [], slot, base, held)({"entry": ECHO}, "answer") as process:
-                process.wait_ready(60)
-                with pytest.raises(RoundError) as caught:
-                    process.round({"sleep": 3}, timeout=1)
-                assert caught.value.timeout
-    finally:
-        lease.release()
-    assert os.path.isdir("/proc/self")  # (the test ran where it could)
+    start, held = measurement
+    with start(held) as process:
+        process.wait_ready(60)
+        with pytest.raises(RoundError) as caught:
+            process.round({"sleep": 3}, timeout=1)
+        assert caught.value.timeout
 
 
 # A job's stand-in that burns CPU with ``count`` processes on one CPU for a while and prints their CPU seconds.
