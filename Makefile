@@ -15,7 +15,7 @@ TEST_JOBS ?= 2
 # Jupyter refuses to run as root unless told; containers and CI machines often are root.
 ROOT_FLAG := $(if $(filter 0,$(shell id -u)),--allow-root)
 
-.PHONY: lab lab-instructor workspace test exercises-test test-fast grading-test colab-test browser-test chromium site install lint release grade-benchmark coordinator-benchmark capstone-benchmark gpu-check set-repo-url clean
+.PHONY: lab lab-instructor workspace test exercises-test test-fast grading-test grading-test-cgroup2 colab-test browser-test chromium site install lint release grade-benchmark coordinator-benchmark capstone-benchmark gpu-check set-repo-url clean
 
 # Two distributions, both editable: course_utils (this folder's pyproject.toml, what notebooks import)
 # and the grader (grading/pyproject.toml, the `course` command).
@@ -59,6 +59,13 @@ test-fast: lint  ## ruff, mypy and the unit tests (no notebooks, no end-to-end g
 
 grading-test: $(STAMP)  ## the slow grading tests: notebook 12's exploit corpus, a Dask cluster, a PostgreSQL gradebook, nbgrader fidelity
 	COURSE_QUICK=1 $(BIN)/pytest $(if $(filter-out 1,$(TEST_JOBS)),-n $(TEST_JOBS) --dist loadfile) -m slow_grading $(PYTEST_ARGS)
+
+# `make grading-test-cgroup2`: tests/cgroup2 in a qemu machine whose kernel mounts only cgroup v2 (tools/cgroup2_vm.py:
+# Debian's qemu-system-x86, linux-image-amd64 and busybox-static, as root). Its CPU is emulated, so pytest there skips
+# the addopts, nbval and the root conftest.py: their imports (nbformat's jsonschema builds Lark parsers) take minutes.
+grading-test-cgroup2: $(STAMP)  ## the cgroup v2 protections in a virtual machine whose kernel mounts only cgroup v2 (qemu, software emulation; minutes)
+	$(BIN)/python tools/cgroup2_vm.py $(CGROUP2_VM_ARGS) -- $(BIN)/python -m pytest -o addopts= -p no:nbval -p no:cacheprovider \
+	  --confcutdir=tests/cgroup2 -q tests/cgroup2 $(PYTEST_ARGS)
 
 colab-test: $(STAMP)  ## the Colab path: a fresh venv with only what Colab ships, each student notebook's setup cell, then the notebook
 	COURSE_COLAB_TEST=1 $(BIN)/pytest tests/notebooks/test_colab.py $(PYTEST_ARGS)
