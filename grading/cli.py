@@ -55,6 +55,12 @@ def _add_limits(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--memory-gb", type=float, default=defaults.memory_bytes / (1 << 30), help="address space")
     parser.add_argument(
+        "--job-memory-gb",
+        type=float,
+        default=defaults.job_memory_bytes / (1 << 30),
+        help="memory a job's kernel and every process it starts share (root level, cgroups; 0: no budget)",
+    )
+    parser.add_argument(
         "--sandbox", choices=["auto", "root", "userns", "none"], default="auto", help="strongest isolation to try"
     )
 
@@ -67,6 +73,7 @@ def _limits(course: Course, args: argparse.Namespace) -> Limits:
         cell_timeout=args.cell_timeout,
         notebook_timeout=args.notebook_timeout,
         memory_bytes=int(args.memory_gb * (1 << 30)),
+        job_memory_bytes=int(args.job_memory_gb * (1 << 30)),
     )
 
 

@@ -4,8 +4,10 @@ Contract: ``execute(nb, ...)`` runs every code cell in order in a kernel started
 the jail, and always returns: each cell's outputs (capped at ``Limits.output_bytes`` per
 cell), plus notes in plain words for the feedback. When a cell exceeds its time limit or
 the kernel dies (``os._exit``, a segfault, ``exit()``, the memory limit), that cell gets an
-error output saying so. A cell's time limit (``Limits.cell_timeout``) is CPU time: what its
-kernel and every process the kernel started used during the cell (``cputime``; a watchdog
+error output saying so; so does a cell during which the kernel and the processes it started
+went past the job's memory budget (``sandbox.memory``: every one of them is then killed).
+A cell's time limit (``Limits.cell_timeout``) is CPU time: what its kernel and every
+process the kernel started used during the cell (``cputime``; a watchdog
 looks every ``WATCH_INTERVAL``), so other work on the machine does not make a correct cell
 fail. A cell that uses little CPU but does not finish (sleeping, blocked) is stopped at
 ``WALL_FACTOR`` times its limit of wall-clock time, a limit that moves on while the cell is
@@ -164,6 +166,10 @@ def _exit_words(status: int | None) -> str:
     return f"the kernel exited with status {status} (os._exit, exit() or quit())"
 
 
+def _over_budget(limit: int) -> str:
+    return f"the kernel and the processes it started went past the job's memory budget ({_size(limit)} in all)"
+
+
 def execute(
     nb: NotebookNode,
     new_kernel: Callable[[], JailedKernelManager],
@@ -302,7 +308,7 @@ class _Grading:
             raise
         except DeadKernelError:
             self._unfinished(index)
-            words = _exit_words(km.exit_status())
+            words = _over_budget(km.memory_budget.limit) if client.over_budget() else _exit_words(km.exit_status())
             fail_cell(cell, "KernelDied", words)
             self.notes.append(f"Cell {label(self.nb, index)}: {words}.")
             raise

@@ -3,12 +3,17 @@
 Contract: ``JailedKernelManager`` starts ipykernel behind the jail command over Unix
 sockets, joins it to its CPU account (``cputime``) before it runs anything, and can say how
 it ended (``exit_status``), discard it with its PID namespace (``discard``) and show the end
-of its log (``log_tail``). ``CellClient.run_cell(cell, index, store_history, limits)`` runs
+of its log (``log_tail``); it also joins the job's memory budget (``memory``), if any.
+``CellClient.run_cell(cell, index, store_history, limits)`` runs
 one cell and raises ``CpuTimeExceeded`` once the kernel and every process it started used
 more than ``limits.cpu`` of CPU time (a watchdog looks every ``WATCH_INTERVAL``),
 ``WallTimeExceeded`` past ``limits.wall`` of wall-clock time unless the kernel's threads
 were held back by other work at least ``HELD_BACK`` of the time (the limit then moves on by
-``limits.cpu`` at a time), and nbclient's ``CellTimeoutError`` at ``limits.hard``. The client
+``limits.cpu`` at a time), and nbclient's ``CellTimeoutError`` at ``limits.hard``. Once the
+budget's OOM killer has killed one of the kernel's processes (the same watchdog looks, and
+again when the cell's reply comes), every process of the kernel is killed and the cell
+raises ``MemoryBudgetExceeded`` (a ``DeadKernelError``): the kernel goes as a dead one does,
+and ``over_budget()`` says so to the executor whichever way it died. The client
 caps each cell's output at ``Limits.output_bytes`` (keeping errors and a stderr note), gives
 an error reply without an error output its error back (nbgrader's rule), and after a
 timeout can interrupt the kernel and drop what the cell left queued (``interrupted``).
@@ -29,11 +34,12 @@ from typing import Any
 from jupyter_client.manager import AsyncKernelManager
 from jupyter_core.utils import run_sync
 from nbclient import NotebookClient
-from nbclient.exceptions import CellTimeoutError
+from nbclient.exceptions import CellTimeoutError, DeadKernelError
 from nbformat import NotebookNode
 from nbformat.v4 import new_output
 
 from grading.sandbox.cputime import CellClock, CpuAccount
+from grading.sandbox.memory import MemoryBudget
 from grading.sandbox.protections import Limits, parent_death_signal
 
 __all__ = [
@@ -43,6 +49,7 @@ __all__ = [
     "CellLimits",
     "CpuTimeExceeded",
     "JailedKernelManager",
+    "MemoryBudgetExceeded",
     "WallTimeExceeded",
     "time_limits",
 ]
@@ -74,16 +81,30 @@ class WallTimeExceeded(CellTimeoutError):
         self.held = held
 
 
+class MemoryBudgetExceeded(DeadKernelError):
+    """The kernel and the processes it started went past the job's memory budget: every one of them was killed."""
+
+
 class JailedKernelManager(AsyncKernelManager):
     """A kernel manager that starts ipykernel behind a jail command, talking over Unix sockets."""
 
     def __init__(self, **kwargs) -> None:
         super().__init__(**kwargs)
         self.cpu_account = CpuAccount()  # the kernel's CPU time, from its process tree unless ``configure`` says
+        self.memory_budget = MemoryBudget()  # none unless ``configure`` gives one
 
-    def configure(self, jail: list[str], workdir: Path, log: Path, account: CpuAccount | None = None) -> None:
-        """``account`` reads the kernel's CPU time (``cputime.account``; its process tree if None)."""
+    def configure(
+        self,
+        jail: list[str],
+        workdir: Path,
+        log: Path,
+        account: CpuAccount | None = None,
+        memory: MemoryBudget | None = None,
+    ) -> None:
+        """``account`` reads the kernel's CPU time (``cputime.account``; its process tree if None); ``memory`` is
+        the memory budget its processes share (``memory.budget``; none if None)."""
         self.cpu_account = account or CpuAccount()
+        self.memory_budget = memory or MemoryBudget()
         self._jail = jail
         self._workdir = workdir
         self._log = log
@@ -105,10 +126,11 @@ class JailedKernelManager(AsyncKernelManager):
 
     async def start_kernel(self, **kw: Any) -> None:  # type: ignore[override]  # async, as AsyncKernelManager's is
         log = open(self._log, "ab")  # noqa: SIM115 (the kernel process keeps it)
-        die_with_parent, join = parent_death_signal(), self.cpu_account.join
+        die_with_parent, join, join_budget = parent_death_signal(), self.cpu_account.join, self.memory_budget.join
 
         def prepare() -> None:  # in the kernel's process, before it runs anything
             join()
+            join_budget()
             if die_with_parent is not None:
                 die_with_parent()
 
@@ -120,6 +142,7 @@ class JailedKernelManager(AsyncKernelManager):
         process = getattr(self.provisioner, "process", None)
         if process is not None:
             self.cpu_account.attach(process.pid)
+            self.memory_budget.attach(process.pid)
 
     def exit_status(self) -> int | None:
         process = getattr(self.provisioner, "process", None)
@@ -134,6 +157,7 @@ class JailedKernelManager(AsyncKernelManager):
             process = getattr(self.provisioner, "process", None)
             if process is not None and process.poll() is None:
                 process.kill()
+        self.memory_budget.close()
         self.cpu_account.close()
 
     def log_tail(self) -> str:
@@ -188,18 +212,36 @@ class CellClient(NotebookClient):
                     with contextlib.suppress(asyncio.CancelledError, Exception):
                         await task
         if reply.done() and not reply.cancelled():
+            if self.over_budget():  # a process of the kernel's was killed for memory while the cell ran
+                task_poll_kernel_alive.cancel()
+                raise MemoryBudgetExceeded("the kernel went past the job's memory budget")
             return reply.result()
         task_poll_kernel_alive.cancel()
         raise watchdog.result()
 
-    async def _watch(self, limits: CellLimits | None) -> CellTimeoutError:
-        """Return the error to raise once the cell is over its CPU or its wall-clock limit (never without ``cpu``)."""
-        if limits is None or limits.cpu is None:
+    def over_budget(self) -> bool:
+        """Whether the kernel's processes went past the job's memory budget; if so, every one of them is killed."""
+        budget = self.km.memory_budget if isinstance(self.km, JailedKernelManager) else None
+        if budget is None or not budget.killed():
+            return False
+        budget.kill_all()
+        return True
+
+    async def _watch(self, limits: CellLimits | None) -> CellTimeoutError | DeadKernelError:
+        """Return the error to raise once the kernel went past its memory budget, or the cell past its CPU or its
+        wall-clock limit (never without ``cpu``)."""
+        budgeted = isinstance(self.km, JailedKernelManager) and self.km.memory_budget.active
+        timed = limits is not None and limits.cpu is not None
+        if not budgeted and not timed:
             await asyncio.Event().wait()  # nbclient's timeout (``hard``) alone
-        assert limits is not None and limits.cpu is not None
-        stretch, ends = self.clock.start, self.clock.start.wall + limits.wall
+        stretch = self.clock.start
+        ends = stretch.wall + (limits.wall if limits is not None else 0.0)
         while True:
             await asyncio.sleep(WATCH_INTERVAL)
+            if budgeted and self.over_budget():
+                return MemoryBudgetExceeded("the kernel went past the job's memory budget")
+            if limits is None or limits.cpu is None:
+                continue
             if self.clock.cpu() > limits.cpu:
                 return CpuTimeExceeded(f"the cell used more than {limits.cpu:.0f} s of CPU time")
             if time.monotonic() < ends:

@@ -20,6 +20,9 @@ Resource limits (time per cell and per notebook, address space, processes, file 
 output size) apply at every level. A cell's time limit counts the CPU time of its kernel and
 every process the kernel starts (``sandbox.cputime``: exact from a cgroup of the kernel's own at
 the ``root`` level, from the process tree in /proc below it), with a wall-clock backstop.
+At the ``root`` level, where a cgroup memory hierarchy is writable (``sandbox.memory``), a
+job's kernel and every process it starts also share one memory budget
+(``Limits.job_memory_bytes``); elsewhere ``missing()`` says there is none.
 """
 
 from __future__ import annotations
@@ -37,6 +40,7 @@ from pathlib import Path
 
 from grading.sandbox.cgroups import detect_layout
 from grading.sandbox.cpus import REALTIME_PRIORITY, CpuIsolation, isolation
+from grading.sandbox.memory import MemorySupport, support
 
 __all__ = [
     "GRADING_UID_BASE",
@@ -82,6 +86,11 @@ class Limits:
     restarts: int = 3  # kernel restarts per notebook after a crash or a timeout
     threads: int = 1  # OMP/MKL threads per kernel (cores / jobs)
     measure_timeout: float = 600.0  # seconds for all the timed rounds of a notebook's measured tests
+    # The memory a job's kernel and every process it starts may hold together (root level, cgroup memory;
+    # 0: no budget). It is charged with the private /tmp's files (disk_bytes) the kernel writes, which cannot
+    # be reclaimed without swap, and page cache, which is reclaimed first: 8 GiB leaves one process its full
+    # address space (memory_bytes) beside a full /tmp, so only several processes together can reach it.
+    job_memory_bytes: int = 8 * GiB
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -95,6 +104,7 @@ class Protections:
     notes: tuple[str, ...] = field(default=())
     cpu: CpuIsolation | None = None  # what a measured test gets here (None: not probed)
     cgroups: str = ""  # the cgroup layout the host mounts ("v1", "v2", "hybrid", "none"; "": not probed)
+    memory: MemorySupport | None = None  # where a job's memory budget lives here (None: not probed)
 
     @property
     def namespaces(self) -> bool:
@@ -119,6 +129,10 @@ class Protections:
             ]
         if self.cpu is not None:
             gaps += self.cpu.missing()
+        if self.level != "root":  # a memory budget needs the root level
+            gaps += MemorySupport("", "needs the root level").missing()
+        elif self.memory is not None:
+            gaps += self.memory.missing()
         if self.cgroups == "v2" and self.level == "root":
             gaps.append(
                 "cgroup v2 only: the grader's cgroup protections (a measured test's own CPU, a CPU share per job, "
@@ -159,9 +173,9 @@ def detect(level: str = "auto") -> Protections:
         else:
             probe = [unshare, "--map-root-user", *_NAMESPACES, "true"]
         if _works(probe):
-            return Protections(candidate, tuple(notes), isolation(candidate), detect_layout())
+            return Protections(candidate, tuple(notes), isolation(candidate), detect_layout(), support(candidate))
         notes.append(f"{candidate}-level isolation was tried and is not permitted here")
-    return Protections("none", tuple(notes), isolation("none"), detect_layout())
+    return Protections("none", tuple(notes), isolation("none"), detect_layout(), support("none"))
 
 
 class SlotLease:

@@ -9,7 +9,8 @@ executed notebook, the notes and the seconds taken. At the root level the kernel
 job's grading user, in a cpuset cgroup of that user's (``sandbox.cpus``) that loses every CPU
 a measured test holds meanwhile, in this run or any other; there each kernel's CPU time,
 which a cell's time limit counts, is read from a cgroup of the kernel's own
-(``sandbox.cputime``), elsewhere from its process tree. A measured test waits for a CPU of
+(``sandbox.cputime``), elsewhere from its process tree, and each kernel with every process it
+starts is held to the job's memory budget (``sandbox.memory``). A measured test waits for a CPU of
 its own (the wait is not part of its time budget). Workers start without importing torch.
 """
 
@@ -31,6 +32,7 @@ from grading.guard import TOKEN_FILE
 from grading.jobs import Job, MeasuredTest, Result
 from grading.sandbox.cpus import join_job, reserve
 from grading.sandbox.cputime import account
+from grading.sandbox.memory import budget
 from grading.sandbox.protections import (
     GRADING_UID_BASE,
     Protections,
@@ -243,7 +245,9 @@ def run_job(job: Job) -> Result:
             hide=[Path(p) for p in job.hide],
             slot=job.slot,
         )
-        km.configure(jail, workdir, base / "kernel.log", account(protections.level))
+        cpu = account(protections.level)  # on cgroup v2 the memory budget is set on the same group
+        memory = budget(protections.level, limits.job_memory_bytes, cpu.group)
+        km.configure(jail, workdir, base / "kernel.log", cpu, memory)
         return km
 
     measured = task.measured

@@ -120,9 +120,9 @@ def _burners(count: int, coordinate: bool) -> str:
     return f"BURNER_COUNT = {count}\nCOORDINATE = {coordinate}\n" + BURNERS
 
 
-def _autograde(course: Course) -> subprocess.Popen:
-    """``course autograde --jobs 2`` of ``course``, started (``_finished`` waits for it)."""
-    command = [sys.executable, "-m", "grading", "--course", str(course.root), "autograde", "--jobs", "2"]
+def _autograde(course: Course, *options: str) -> subprocess.Popen:
+    """``course autograde --jobs 2 [options]`` of ``course``, started (``_finished`` waits for it)."""
+    command = [sys.executable, "-m", "grading", "--course", str(course.root), "autograde", "--jobs", "2", *options]
     return subprocess.Popen([*command, "--no-progress"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
@@ -235,20 +235,30 @@ def fast_train(task, device):
 
 @needs_isolation
 def test_another_grading_run_at_the_same_time_moves_no_grade(tmp_path):
-    """The compiled answer keeps its 10 points and the DataLoader one its 2 (1.4x alone) beside another run."""
+    """Beside another grading run, the compiled answer keeps its 10 points and the DataLoader one what it earns alone.
+
+    The DataLoader answer's share of the reference's gain depends on the machine (its two
+    workers gained 1.4x on one 2-core machine, 2 points; 2.5x on another, 4 points), so it
+    is graded alone first, then again (``--force``) while another run grades three answers.
+    """
     (tmp_path / "load").mkdir()
     (tmp_path / "graded").mkdir()
     other = capstone_course(tmp_path / "load", {f"other{i}": reference_answer() for i in range(3)})
     course = capstone_course(tmp_path / "graded", {"compiled": COMPILED, "dataloader": DATALOADER})
+    alone = _finished(_autograde(course))
+    assert alone.returncode == 0, alone.stdout[-3000:] + alone.stderr[-3000:]
+    alone_points, alone_report = report_of(course, "dataloader")
+    assert NOT_MEASURED not in alone_report, alone_report
     load = _autograde(other)
     try:
-        done = _finished(_autograde(course))
+        done = _finished(_autograde(course, "--force"))
     finally:
         loaded = _finished(load)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert loaded.returncode == 0, loaded.stdout[-3000:] + loaded.stderr[-3000:]
     _measured(course, "compiled", points=10)
-    _measured(course, "dataloader", points=2)  # its own workers competing with it are no disturbance
+    beside = _measured(course, "dataloader", points=alone_points)  # its own workers are no disturbance
+    assert 2 <= alone_points < 10, beside  # correct, and one image at a time is not the reference's speed
     for student in ("other0", "other1", "other2"):
         _measured(other, student, points=10)
     assert Path(course.root / "gradebook.db").exists()
