@@ -91,6 +91,7 @@ def _alive(pid: int) -> bool:
         return True
 
 
+@pytest.mark.slow  # a fresh Python that imports torch (seconds): make test, not make test-fast
 def test_run_torchrun_starts_ranks(tmp_path):
     """One real launch: two workers see their rank, world size and one thread each."""
     script = tmp_path / "ranks.py"

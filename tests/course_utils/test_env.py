@@ -6,6 +6,7 @@ import sys
 from pathlib import Path
 
 import numpy as np
+import pytest
 import torch
 
 import course_utils
@@ -39,6 +40,7 @@ def test_quick_mode_and_scaled(monkeypatch):
     assert scaled("cuda", cpu=1, gpu=2) == 2
 
 
+@pytest.mark.slow  # a fresh Python that imports torch (seconds): make test, not make test-fast
 def test_import_has_no_side_effects():
     probe = """
 import torch

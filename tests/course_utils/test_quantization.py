@@ -67,6 +67,7 @@ def test_import_torchao_is_quiet_and_leaves_no_filters():
     assert "register_constant" not in done.stderr
 
 
+@pytest.mark.slow  # a fresh Python that imports torch (seconds): make test, not make test-fast
 def test_import_torchao_drops_only_the_known_messages(tmp_path):
     fake = tmp_path / "torchao"
     fake.mkdir()
