@@ -42,6 +42,7 @@ def _is_xdist_worker(config: pytest.Config) -> bool:
 
 THREAD_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS")
 """What each pytest-xdist worker sets to its share of the cores, for itself and every kernel it starts."""
+THREADS_SET = "COURSE_TEST_THREADS"  # set to the share where this conftest set THREAD_VARIABLES (a test reads it)
 
 
 def threads_per_worker(cores: int, workers: int) -> int:
@@ -50,7 +51,7 @@ def threads_per_worker(cores: int, workers: int) -> int:
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    """In a pytest-xdist worker: OpenMP and MKL threads to its share of the cores, unless the caller set them.
+    """In a pytest-xdist worker: OpenMP and MKL threads to its share of the cores, unless the caller set either.
 
     Every worker's notebook kernels would otherwise start one OpenMP thread per core, and
     OpenMP's waiting threads spin: two workers on two cores ran notebooks 06 and 02 side by
@@ -59,9 +60,12 @@ def pytest_configure(config: pytest.Config) -> None:
     """
     if not _is_xdist_worker(config):
         return
+    if any(name in os.environ for name in THREAD_VARIABLES):
+        return  # the caller's choice
     share = str(threads_per_worker(len(os.sched_getaffinity(0)), int(config.workerinput["workercount"])))
     for name in THREAD_VARIABLES:
-        os.environ.setdefault(name, share)
+        os.environ[name] = share
+    os.environ[THREADS_SET] = share
 
 
 def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config, items: list[pytest.Item]) -> None:
