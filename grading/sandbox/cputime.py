@@ -38,7 +38,7 @@ from pathlib import Path
 
 from grading.sandbox.cgroups import mount_point, rmdir_when_empty
 
-__all__ = ["CellClock", "CpuAccount", "Mark", "account"]
+__all__ = ["CellClock", "CpuAccount", "Mark", "account", "prune_kernel_groups"]
 
 PARENT = "course-grading"  # where a kernel's group goes when this process sits in a hierarchy's root
 _TICK = 1.0 / os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 0.01
@@ -211,7 +211,7 @@ def account(level: str) -> CpuAccount:
             parent = mount / PARENT
         try:
             parent.mkdir(exist_ok=True)
-            _prune(parent)
+            prune_kernel_groups(parent)
             group = parent / f"kernel-{os.getpid()}-{next(_numbers)}"
             group.mkdir()
             usage(group)
@@ -221,7 +221,7 @@ def account(level: str) -> CpuAccount:
     return CpuAccount()
 
 
-def _prune(parent: Path) -> None:
+def prune_kernel_groups(parent: Path) -> None:
     """Remove the empty kernel groups this process or a process now gone left behind (never another's in use)."""
     for group in parent.glob("kernel-*-*"):
         owner = group.name.split("-")[1]

@@ -61,7 +61,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from grading.sandbox.cgroups import mount_point, own_group, read, rmdir_when_empty, write
-from grading.sandbox.cputime import PARENT
+from grading.sandbox.cputime import PARENT, prune_kernel_groups
 
 __all__ = [
     "MemoryBudget",
@@ -319,7 +319,7 @@ def budget(level: str, limit_bytes: int, shared: Path | None = None) -> MemoryBu
         group = parent / f"kernel-{os.getpid()}-{next(_numbers)}"
         try:
             parent.mkdir(exist_ok=True)
-            _prune(parent)
+            prune_kernel_groups(parent)
             group.mkdir()
             apply_v1(group, limit_bytes)
             oom_count(group, "v1")
@@ -339,11 +339,3 @@ def budget(level: str, limit_bytes: int, shared: Path | None = None) -> MemoryBu
     except (OSError, ValueError):
         return MemoryBudget()
     return MemoryBudget(shared, limit_bytes, "v2", owned=False)
-
-
-def _prune(parent: Path) -> None:
-    """Remove the empty kernel groups this process or a process now gone left behind (never another's in use)."""
-    for group in parent.glob("kernel-*-*"):
-        owner = group.name.split("-")[1]
-        if owner.isdigit() and (int(owner) == os.getpid() or not Path(f"/proc/{owner}").exists()):
-            rmdir_when_empty(group, wait=0.0)
