@@ -12,8 +12,12 @@ time until the whole reply has arrived: the clock stops on the last byte of the 
 so a result must be computed and serialised before it counts. Where the reservation has a
 freezer group (root), ``pause()`` stops the process and everything it started, and
 ``resume()`` (or the ``resumed()`` block) lets them run again: the referee keeps both sides
-alive and pauses the one it is not timing. ``close()`` kills the process, and with it every
-process it started (its PID namespace), and removes its working directory. Nothing the
+alive and pauses the one it is not timing. Where a kernel would get a memory budget
+(``grading.sandbox.memory``: root, a writable cgroup v1 ``memory`` hierarchy), so does each
+round process, of the same size (``Limits.job_memory_bytes``), shared with every process it
+starts: once the OOM killer has struck in its group, every process there is killed and the
+round fails as the process's own (``RoundError``, saying so). ``close()`` kills the process,
+and with it every process it started (its PID namespace), and removes its working directory. Nothing the
 process does can reach the clock, the other side's processes or the code that scores the
 result: those run in this process.
 
@@ -55,6 +59,7 @@ from typing import Any, BinaryIO, TextIO
 from grading.errors import CourseError
 from grading.sandbox.cpus import REALTIME_PRIORITY, Reservation, pausable_group, pause, remove_group
 from grading.sandbox.ledger import Disturbance, Ledger, Sample
+from grading.sandbox.memory import MemoryBudget, budget
 from grading.sandbox.protections import GRADING_UID_BASE, Limits, Protections, jail_argv, parent_death_signal
 
 __all__ = ["Channel", "Disturbed", "Message", "RoundError", "RoundProcess", "echo", "main", "starter"]
@@ -183,12 +188,19 @@ class RoundProcess:
     """One fresh jailed process running a measured test's entry (see the module docstring)."""
 
     def __init__(
-        self, process: subprocess.Popen, workdir: Path, log: Path, reservation: Reservation, group: Path | None = None
+        self,
+        process: subprocess.Popen,
+        workdir: Path,
+        log: Path,
+        reservation: Reservation,
+        group: Path | None = None,
+        memory: MemoryBudget | None = None,
     ) -> None:
         self._process = process
         self._workdir = workdir
         self._log = log
         self._group = group  # its freezer group (``pausable``), or None
+        self._memory = memory or MemoryBudget()  # the memory budget it and what it starts share (none: inactive)
         self._buffer = b""
         self._ledger = Ledger(reservation, lambda: [process.pid])
         self._realtime = reservation.realtime
@@ -226,11 +238,13 @@ class RoundProcess:
             env=env,
         )
         group, join = pausable_group(reservation.freezer) if reservation.freezer is not None else (None, None)
+        memory = budget(protections.level, limits.job_memory_bytes, group)
         die_with_parent = parent_death_signal()
 
         def before_exec() -> None:
             if join is not None:
                 join()
+            memory.join()
             if die_with_parent is not None:
                 die_with_parent()
 
@@ -246,10 +260,12 @@ class RoundProcess:
                     start_new_session=True,  # without namespaces, close() kills the process group
                 )
         except BaseException:
+            memory.close()
             if group is not None:
                 remove_group(group)
             raise
-        self = cls(process, workdir, log, reservation, group)
+        memory.attach(process.pid)
+        self = cls(process, workdir, log, reservation, group, memory)
         self._write(setup)
         return self
 
@@ -368,6 +384,7 @@ class RoundProcess:
             ) from error
         if message.header.get("kind") != "ready":
             raise RoundError("the process broke the protocol (a result before it was ready)")
+        self._within_memory()
         return message.header
 
     def round(self, spec: dict[str, Any], timeout: float, *, timed: bool = True) -> tuple[float, Message]:
@@ -390,6 +407,7 @@ class RoundProcess:
             raise RoundError(f"no result within {timeout:.0f} s", timeout=True) from error
         if message.header.get("kind") != "result":
             raise RoundError("the process broke the protocol (a second 'ready')")
+        self._within_memory()
         self.disturbance = self._ledger.between(before, self._ledger.sample())
         if timed and self.disturbance.substantial():
             raise Disturbed(f"a timed run was disturbed: {self.disturbance}", self.disturbance, seconds, message)
@@ -405,8 +423,27 @@ class RoundProcess:
         if disturbance.substantial():
             raise Disturbed(f"{what} while {disturbance}", disturbance)
 
+    def _over_memory(self) -> str:
+        """Where the budget's OOM killer struck: every process of the group killed, and why, in words; else ""."""
+        if not self._memory.killed():
+            return ""
+        self._memory.kill_all()
+        return (
+            f"the process and those it started went past the job's memory budget "
+            f"({self._memory.limit / (1 << 30):.1f} GiB in all), and were killed"
+        )
+
+    def _within_memory(self) -> None:
+        """``RoundError`` if the OOM killer struck in the group (it killed a process, even if this one answered)."""
+        over = self._over_memory()
+        if over:
+            raise RoundError(over)
+
     def _why(self) -> str:
-        """The last lines of the process's log (its traceback, or the jail's message)."""
+        """Why the process ended: past the memory budget, or the last lines of its log (its traceback, the jail's)."""
+        over = self._over_memory()
+        if over:
+            return f": {over}"
         with contextlib.suppress(OSError):
             tail = self._log.read_bytes()[-1500:].decode("utf-8", "replace").strip()
             if tail:
@@ -428,9 +465,11 @@ class RoundProcess:
             with contextlib.suppress(OSError):
                 if pipe is not None:
                     pipe.close()
+        self._memory.kill_all()  # v1: what it started, where it left the process group (the jail's PID namespace aside)
         shutil.rmtree(self._workdir, ignore_errors=True)
         with contextlib.suppress(OSError):
             self._log.unlink()
+        self._memory.close()
         if self._group is not None:
             remove_group(self._group)
 
