@@ -9,9 +9,12 @@
 * ``cputime``      the CPU time a kernel and everything it starts used (a cell's time limit);
 * ``leaks``        no hidden test's text in any output;
 * ``rounds``       fresh jailed processes for the timed rounds of a measured test, timed from outside;
+* ``round_child``  the round process's own side: its end of the pipe to the grader, and its ``main``;
 * ``cpus``         a measured test's CPU held against every other job, and each job's CPUs and share;
 * ``ledger``       how long other work still took a measured test's CPU (PSI, cpuacct, /proc);
-* ``cgroups``      the cgroup file operations behind ``cpus``, one backend per layout (``detect_layout``).
+* ``cgroups``      the cgroup file operations behind ``cpus``, one backend per layout (``detect_layout``);
+* ``cgroup2``      the grader's own subtree on a host that mounts only cgroup v2 (jobs, measurements, kernels);
+* ``memory``       a job's memory budget: a kernel (or a round process) and every process it starts.
 
 Importing this package has no side effects.
 """

@@ -5,9 +5,10 @@ own ``cgroup`` hierarchies), ``"v2"`` (one ``cgroup2`` hierarchy), ``"hybrid"`` 
 controllers and a ``cgroup2`` hierarchy beside them, systemd's hybrid mode) or ``"none"``.
 It reads the mount table (``/proc/self/mounts``, else ``/proc/mounts``); only where neither
 can be read does it look at ``/sys/fs/cgroup`` itself. ``backend(layout)`` is the
-``CgroupLayout`` whose operations write that layout's files, or None where the grader has
-no backend for it yet (``"v2"``: issue 29; ``"none"``). ``CpuIsolation`` and the
-placement code (``grading.sandbox.cpus``) reach a controller's files only through it.
+``CgroupLayout`` whose operations write that layout's files: ``V1Layout`` for v1 and hybrid
+hosts (the controllers the grader uses are looked for in v1 hierarchies), ``V2Layout`` for
+v2, None for ``"none"``. ``CpuIsolation`` and the placement code (``grading.sandbox.cpus``)
+reach a controller's files only through it.
 
 What a backend provides (``CgroupLayout``): where a controller's hierarchy is mounted
 and whether this process may write it (``usable``); the CPUs of a cpuset group and the
@@ -18,17 +19,26 @@ process into one (at once, or as a ``preexec_fn``), whether one is empty, and wh
 process is (``own_group``, from ``/proc/self/cgroup``); they serve a cgroup v2 group (the
 measurement's CPU pressure) beside v1's controllers as well.
 
-A v2 backend is one subclass here and one line in ``backend``. What it cannot hide from
-the placement code: in v2 a process is in one group of one hierarchy, so the cpuset, cpu
-and freezer "hierarchies" that ``CpuIsolation`` keeps apart are the same directory, and
-``cpus.reserve`` (which moves a measurement into a cpuset group and the cpu hierarchy's
-root at once) needs a v2 path of its own.
+cgroup v2 (``V2Layout``, Documentation/admin-guide/cgroup-v2.rst). One directory holds every
+controller, so the cpuset, cpu and freezer "hierarchies" that ``CpuIsolation`` keeps apart
+are one; and a group whose ``cgroup.subtree_control`` enables a domain controller may hold
+no process ("no internal processes"). The grader therefore keeps to a subtree of its own,
+``course-grading`` (``SUBTREE``), under a *base* that ``V2Layout.base()`` finds without
+making anything: the v2 root where this process sits there (no systemd, a test machine);
+a group delegated to it (``delegated``: systemd's ``Delegate=yes`` marks it with the
+``trusted.delegate`` attribute, https://systemd.io/CGROUP_DELEGATION/; on a machine without
+systemd, any group it may write), whose processes move into the leaf ``course-grader``
+(``LEAF``) first; or, for a process already inside such a subtree, that subtree's base.
+Elsewhere (a systemd service without delegation) there is none, and it says why: systemd
+owns that group, and the grader creates no group outside its subtree. How the grader lays
+out that subtree is ``grading.sandbox.cgroup2``.
 
 Nothing here runs at import time.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import tempfile
 import time
@@ -38,21 +48,27 @@ from pathlib import Path
 from typing import ClassVar, Literal
 
 __all__ = [
+    "LEAF",
     "MOUNT_TABLES",
+    "SUBTREE",
     "SYSFS",
     "CgroupLayout",
     "Layout",
     "V1Layout",
+    "V2Layout",
     "add",
     "backend",
+    "delegated",
     "detect_layout",
     "empty",
+    "enable",
     "joiner",
     "make",
     "make_unique",
     "mount_point",
     "own_group",
     "parse_cpus",
+    "populated",
     "read",
     "rmdir_when_empty",
     "writable",
@@ -68,6 +84,10 @@ V1_CONTROLLERS = frozenset(
     {"blkio", "cpu", "cpuacct", "cpuset", "devices", "freezer", "hugetlb", "memory", "misc"}
     | {"net_cls", "net_prio", "perf_event", "pids", "rdma"}
 )
+SUBTREE = "course-grading"  # cgroup v2: the grader's subtree, under its base (see the module docstring)
+LEAF = "course-grader"  # cgroup v2: where a delegated group's own processes go before it gives controllers out
+SYSTEMD = Path("/run/systemd/system")  # present where systemd manages the machine (sd_booted)
+DELEGATE_ATTRIBUTES = ("trusted.delegate", "user.delegate")  # systemd >= 251 marks a delegated group so
 
 
 def _mounts(tables: Sequence[Path] = MOUNT_TABLES) -> list[tuple[str, Path, list[str]]] | None:
@@ -113,7 +133,7 @@ def backend(layout: Layout | None = None) -> CgroupLayout | None:
     layout = detect_layout() if layout is None else layout
     if layout in ("v1", "hybrid"):  # hybrid: the controllers the grader uses are looked for in v1 hierarchies
         return V1Layout()
-    return None
+    return V2Layout() if layout == "v2" else None
 
 
 def parse_cpus(text: str) -> set[int]:
@@ -199,6 +219,47 @@ def rmdir_when_empty(group: Path, wait: float = 0.0) -> bool:
             if time.monotonic() >= deadline:
                 return False
             time.sleep(0.02)
+
+
+def populated(group: Path) -> bool:
+    """cgroup v2: whether ``group`` or a group below it holds a process (``cgroup.events``; gone: False)."""
+    try:
+        return "populated 1" in read(group / "cgroup.events").splitlines()
+    except OSError:
+        return False
+
+
+def enable(group: Path, controllers: Sequence[str]) -> set[str]:
+    """cgroup v2: give the children of ``group`` each of ``controllers`` it has; the ones its children now have.
+
+    Each is written alone (the kernel refuses the whole write where one fails); a controller
+    ``group`` lacks (``cgroup.controllers``) is left out, as is one the kernel refuses.
+    """
+    have = set(read(group / "cgroup.controllers").split())
+    for controller in controllers:
+        if controller in have and controller not in read(group / "cgroup.subtree_control").split():
+            try:
+                write(group / "cgroup.subtree_control", f"+{controller}")
+            except OSError:
+                continue
+    return set(read(group / "cgroup.subtree_control").split())
+
+
+def delegated(group: Path, systemd: Path = SYSTEMD) -> bool:
+    """cgroup v2: whether ``group`` is this process's to divide (see the module docstring).
+
+    Root may write any group, so writability alone does not tell: where systemd runs, the
+    group must carry its delegation mark (systemd 251 or later); without systemd, a group this
+    process may write is taken as delegated.
+    """
+    files = [group / "cgroup.procs", group / "cgroup.subtree_control"]
+    if not all(os.access(f, os.W_OK) for f in files) or not os.access(group, os.W_OK):
+        return False
+    for name in DELEGATE_ATTRIBUTES:
+        with contextlib.suppress(OSError):
+            if os.getxattr(group, name).strip(b"\0\n") == b"1":
+                return True
+    return not systemd.is_dir()
 
 
 def own_group(hierarchy: Path, controller: str) -> Path:
@@ -304,6 +365,101 @@ class V1Layout(CgroupLayout):
         write(group / "freezer.state", state)
         deadline = time.monotonic() + timeout
         while read(group / "freezer.state").strip() != state:  # FREEZING until every task has stopped
+            if time.monotonic() > deadline:
+                return False
+            time.sleep(0.001)
+        return True
+
+
+class V2Layout(CgroupLayout):
+    """cgroup v2: one hierarchy for every controller; the grader's groups in its own subtree (``base``)."""
+
+    version: ClassVar[Layout] = "v2"
+    WEIGHT = 100  # cpu.weight of a group of the default weight
+    MAX_WEIGHT = 10_000  # the largest cpu.weight the kernel takes
+
+    def __init__(self, tables: Sequence[Path] = MOUNT_TABLES, systemd: Path = SYSTEMD) -> None:
+        self.tables = tables
+        self.systemd = systemd
+
+    def hierarchy(self, controller: str) -> Path | None:
+        """The v2 mount where it has ``controller`` (``freezer``: ``cgroup.freeze``, always; no ``cpuacct``)."""
+        mount = mount_point("cgroup2", tables=self.tables)
+        if mount is None or controller == "cpuacct":
+            return None
+        try:
+            return (
+                mount if controller == "freezer" or controller in read(mount / "cgroup.controllers").split() else None
+            )
+        except OSError:
+            return None
+
+    def usable(self, controller: str) -> Path | None:
+        """The base of the grader's subtree (``base``) where its groups can have ``controller``."""
+        base, _ = self.base()
+        if base is None or self.hierarchy(controller) is None:
+            return None
+        try:
+            return base if controller == "freezer" or controller in read(base / "cgroup.controllers").split() else None
+        except OSError:
+            return None
+
+    def base(self) -> tuple[Path | None, str]:
+        """Where the grader's subtree ``SUBTREE`` goes (its parent), made nothing; else None and why not."""
+        mount = mount_point("cgroup2", tables=self.tables)
+        if mount is None:
+            return None, "no cgroup v2 hierarchy is mounted"
+        try:
+            own = own_group(mount, "")
+        except OSError:
+            return None, "/proc/self/cgroup cannot be read"
+        for group in (own, *own.parents):  # inside a subtree made earlier (a worker in its job's group)
+            if group == mount or mount not in group.parents:
+                break
+            if group.name == SUBTREE:
+                return group.parent, ""
+        if own.name == LEAF:  # moved into the leaf of a delegated group by an earlier call
+            return own.parent, ""
+        if own == mount and not (mount / "cgroup.type").is_file():  # the real root (a namespace's has a type)
+            return mount, ""
+        if delegated(own, self.systemd):
+            return own, ""
+        if not os.access(own / "cgroup.subtree_control", os.W_OK):
+            return None, (
+                f"this process may not write its cgroup v2 group {own} (a container's read-only /sys/fs/cgroup, "
+                "or no permission), so the grader makes no group: give the container a cgroup of its own that it "
+                "may write, or on the host run `course` in a scope of its own: "
+                "`systemd-run --scope -p Delegate=yes course ...`"
+            )
+        return None, (
+            f"this process is in the cgroup v2 group {own}, which is not delegated to it (systemd manages it, and "
+            "the grader makes no group there); run `course` in a scope of its own: "
+            "`systemd-run --scope -p Delegate=yes course ...`"
+        )
+
+    def cpus(self, group: Path) -> set[int]:
+        """Its own ``cpuset.cpus``, or where that is empty (inherited) its ``cpuset.cpus.effective``."""
+        own = parse_cpus(read(group / "cpuset.cpus"))
+        return own or parse_cpus(read(group / "cpuset.cpus.effective"))
+
+    def set_cpus(self, group: Path, cpus: set[int]) -> None:
+        write(group / "cpuset.cpus", _cpus_text(cpus))
+
+    def fill_cpuset(self, group: Path, source: Path) -> None:
+        if not read(group / "cpuset.cpus").strip():  # v2 memory nodes are inherited: only the CPUs are set
+            write(group / "cpuset.cpus", read(source / "cpuset.cpus.effective").strip())
+
+    def copy_mems(self, group: Path, source: Path) -> None:
+        """Nothing: an empty v2 ``cpuset.mems`` is its parent's, and a task may join a group without one."""
+
+    def set_weight(self, group: Path, defaults: int) -> None:
+        write(group / "cpu.weight", str(min(self.MAX_WEIGHT, self.WEIGHT * defaults)))
+
+    def freeze(self, group: Path, frozen: bool, timeout: float = 5.0) -> bool:
+        state = f"frozen {int(frozen)}"
+        write(group / "cgroup.freeze", str(int(frozen)))
+        deadline = time.monotonic() + timeout
+        while state not in read(group / "cgroup.events").splitlines():  # until every task has stopped
             if time.monotonic() > deadline:
                 return False
             time.sleep(0.001)

@@ -1,5 +1,8 @@
 """A measurement's CPU: its own while it runs; and each job's CPUs and share (cgroup placement).
 
+Longer than 500 lines because both cgroup layouts' placement sits behind the same five
+functions (the v2 tree itself is ``grading.sandbox.cgroup2``): a caller never asks which it has.
+
 Contract. At the ``root`` level (``isolation(level)`` says what this machine offers):
 
 * ``join_job(level, uid)`` (cgroup v1's ``cpuset``): the calling grading worker, and so
@@ -31,7 +34,17 @@ Contract. At the ``root`` level (``isolation(level)`` says what this machine off
 
 Every cgroup file is written through ``grading.sandbox.cgroups``: its functions for what every
 layout shares (groups, their processes), the host's ``CgroupLayout`` (``cgroups.backend``)
-for the controllers' own files: cgroup v1's today; a v2 backend is issue 29's.
+for the controllers' own files. The paragraphs above name cgroup v1's groups (and hybrid
+hosts', whose controllers are v1's). On a host that mounts only cgroup v2 the same functions
+keep the same promises in one subtree of the grader's own (``grading.sandbox.cgroup2``, where
+its tree is drawn): ``join_job`` moves the worker into ``R/job-<uid>/worker`` (the job group's
+cpuset, ``cpu.weight`` and ``pids.max``; its kernels' groups beside the leaf); ``reserve``
+moves it into ``R/measure-<uid>`` (that CPU only; its ``cpu.pressure`` for the ledger; each
+round process in a ``round-*`` group inside, frozen by ``cgroup.freeze``); real-time priority
+needs no group of the root there (a kernel without ``CONFIG_RT_GROUP_SCHED``, such as Debian's,
+lets a real-time task into any group). ``isolation`` makes R (on a delegated base, after
+moving the processes there, this one included, into its leaf ``course-grader``) and probes
+real-time priority in a group of R.
 
 Below the root level a measurement runs on the slot's CPU without holding it, at normal
 priority, with the ``/proc`` ledger. ``CpuIsolation.missing()`` names what is missing.
@@ -50,10 +63,12 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from grading.sandbox import cgroup2
 from grading.sandbox.cgroups import (
     CgroupLayout,
     add,
     backend,
+    detect_layout,
     empty,
     joiner,
     make,
@@ -96,9 +111,14 @@ class CpuIsolation:
     realtime: bool = False  # SCHED_RR permitted (in the cpu hierarchy's root)
     shares: Path | None = None  # cgroup v1 cpu hierarchy: an equal share of the CPUs per job
     freezer: Path | None = None  # cgroup v1 freezer hierarchy: a round process paused while the other side runs
+    # "v2": every field above but ``cpuacct`` (None) is the base of the grader's v2 subtree (``cgroup2``), or None
+    layout: str = "v1"
+    why: str = ""  # v2: why the grader has no v2 subtree here (empty where it has one)
 
     def missing(self) -> list[str]:
         """Each protection of a measurement this machine lacks, in words an instructor can act on."""
+        if self.layout == "v2":
+            return cgroup2.missing(self.cpuset, self.realtime, self.shares, self.freezer, self.pressure, self.why)
         gaps = []
         if self.cpuset is None:
             gaps.append(
@@ -147,19 +167,16 @@ def _ops() -> CgroupLayout:
 @functools.cache
 def isolation(level: str) -> CpuIsolation:
     """Probe (once per process) what a measurement can have here at sandbox ``level``."""
+    v2 = sys.platform.startswith("linux") and detect_layout() == "v2"
     if level != "root" or not sys.platform.startswith("linux") or os.geteuid() != 0 or not _made(LOCK.parent):
-        return CpuIsolation()
+        return CpuIsolation(layout="v2", why="needs the root level") if v2 else CpuIsolation()
+    if v2:
+        return _isolation_v2()
     ops = _cgroups()
     shares, cpuacct = (ops.usable("cpu"), ops.usable("cpuacct")) if ops is not None else (None, None)
     pressure = writable(mount_point("cgroup2"), "cpu.pressure")
     # the probe runs where a measurement does: in the cpu hierarchy's root (a child may have no real-time budget)
-    root = f"open({str(shares / 'cgroup.procs')!r}, 'w').write(str(os.getpid())); " if shares else ""
-    probe = f"import os; {root}os.sched_setscheduler(0, os.SCHED_RR, os.sched_param({REALTIME_PRIORITY}))"
-    try:
-        command = [sys.executable, "-I", "-S", "-c", probe]
-        realtime = subprocess.run(command, capture_output=True, timeout=20).returncode == 0
-    except (OSError, subprocess.TimeoutExpired):
-        realtime = False
+    realtime = _realtime(f"open({str(shares / 'cgroup.procs')!r}, 'w').write(str(os.getpid())); " if shares else "")
     return CpuIsolation(
         ops.usable("cpuset") if ops is not None else None,
         None if cpuacct is not None and cpuacct == shares else cpuacct,  # co-mounted: its groups lack real time
@@ -167,6 +184,41 @@ def isolation(level: str) -> CpuIsolation:
         realtime,
         shares,
         ops.usable("freezer") if ops is not None else None,
+    )
+
+
+def _realtime(join: str = "") -> bool:
+    """Whether a new process may run at ``SCHED_RR`` after the Python statement ``join`` (moving it somewhere)."""
+    probe = f"import os; {join}os.sched_setscheduler(0, os.SCHED_RR, os.sched_param({REALTIME_PRIORITY}))"
+    try:
+        command = [sys.executable, "-I", "-S", "-c", probe]
+        return subprocess.run(command, capture_output=True, timeout=20).returncode == 0
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+
+
+def _isolation_v2() -> CpuIsolation:
+    """``isolation`` on a cgroup v2 host: the grader's subtree, made here (``cgroup2.subtree``), and what it has."""
+    with _locked():
+        root, why = cgroup2.subtree(create=True)
+    if root is None:
+        return CpuIsolation(layout="v2", why=why)
+    enabled = read(root / "cgroup.subtree_control").split()
+    base = root.parent
+    # the probe runs where a measurement does: in a group of R, which has the cpu controller
+    probe = make_unique(root, "probe-")
+    try:
+        realtime = _realtime(f"open({str(probe / 'cgroup.procs')!r}, 'w').write(str(os.getpid())); ")
+    finally:
+        rmdir_when_empty(probe, wait=2.0)
+    return CpuIsolation(
+        base if "cpuset" in enabled else None,
+        None,
+        base if "full " in read(root / "cpu.pressure") else None,  # Linux >= 5.13
+        realtime,
+        base if "cpu" in enabled else None,
+        base if (root / "cgroup.freeze").is_file() else None,  # Linux >= 5.2
+        layout="v2",
     )
 
 
@@ -269,6 +321,9 @@ def join_job(level: str, uid: int) -> bool:
     iso = isolation(level)
     if iso.cpuset is None and iso.shares is None:
         return False
+    if iso.layout == "v2":
+        with _locked():
+            return cgroup2.join(_v2_root(iso), uid)
     with _locked():
         if iso.cpuset is not None:
             parent = _cpuset_parent(iso.cpuset)
@@ -290,6 +345,10 @@ def leave_jobs(level: str, uids: Iterable[int]) -> None:
     uids = list(uids)
     if not uids or (iso.cpuset is None and iso.shares is None):
         return
+    if iso.layout == "v2":
+        with _locked():
+            cgroup2.leave_jobs(_v2_root(iso), uids)
+        return
     with _locked():
         for hierarchy in (iso.cpuset, iso.shares):
             if hierarchy is not None and (hierarchy / PARENT).is_dir():
@@ -299,6 +358,13 @@ def leave_jobs(level: str, uids: Iterable[int]) -> None:
             _rebalance(_cpuset_parent(iso.cpuset))
         if iso.shares is not None:
             _share(iso.shares)
+
+
+def _v2_root(iso: CpuIsolation) -> Path:
+    """R, the grader's v2 subtree (``cgroup2``): its base is what each of ``iso``'s fields holds."""
+    base = iso.cpuset or iso.shares or iso.freezer or iso.pressure
+    assert base is not None
+    return base / PARENT
 
 
 @dataclass(frozen=True)
@@ -399,6 +465,10 @@ def reserve(level: str, slot: int, uid: int | None, wait: float) -> Iterator[Res
     slot's CPU without holding it, and says so (``Reservation.describe``).
     """
     iso = isolation(level)
+    if iso.layout == "v2" and (iso.cpuset or iso.pressure or iso.freezer):
+        with _reserve_v2(iso, slot, uid, wait) as reservation:
+            yield reservation
+        return
     cpus = sorted(os.sched_getaffinity(0))  # a worker's own: its job's cpuset, less what others hold now
     if iso.cpuset is not None:
         with _locked():
@@ -429,3 +499,35 @@ def reserve(level: str, slot: int, uid: int | None, wait: float) -> Iterator[Res
             rmdir_when_empty(reservation.freezer, wait=2.0)
         with _locked():
             _move_back(iso, moves, held)
+
+
+@contextlib.contextmanager
+def _reserve_v2(iso: CpuIsolation, slot: int, uid: int | None, wait: float) -> Iterator[Reservation]:
+    """``reserve`` on cgroup v2: the measurement's own group in R (``cgroup2.measurement``), the same rules."""
+    root = _v2_root(iso)
+    with _locked():
+        cpus = sorted(_ops().cpus(root)) if iso.cpuset is not None else sorted(os.sched_getaffinity(0))
+    preferred = cpus[slot % len(cpus)]
+    if uid is None:
+        yield Reservation(preferred)
+        return
+    started = time.monotonic()
+    hold = iso.cpuset is not None and len(cpus) >= 2
+    cpu, group, back = cgroup2.take(root, uid, preferred, hold, started + wait, _locked, _POLL)
+    if cpu is None:  # not held: one of the CPUs its job may use now
+        allowed = sorted(os.sched_getaffinity(0))
+        cpu = preferred if preferred in allowed else allowed[slot % len(allowed)]
+    held = group.name.startswith("measure-")
+    reservation = Reservation(
+        cpu,
+        held=held,
+        realtime=iso.realtime and held,
+        pressure=group if iso.pressure is not None else None,
+        freezer=group if iso.freezer is not None else None,
+        waited=time.monotonic() - started,
+    )
+    try:
+        yield reservation
+    finally:
+        with _locked():
+            cgroup2.leave(root, group, back)

@@ -10,11 +10,15 @@ one cell's share of both. Where the time is read,
 and what a cell can hide from it:
 
 * **a cgroup of its own** (``exact``; the ``root`` level, where cgroup v1's ``cpuacct`` or a
-  cgroup v2 hierarchy is writable): made inside this process's own group of that hierarchy
-  (so whatever limits apply to it still apply to the kernel), and joined before the kernel
-  runs, so every process the kernel starts is born inside; the grading user cannot write a
-  cgroup file, so none can leave. The kernel charges CPU time to the group as it is used: a
-  process that exits, is killed or daemonises itself stays counted.
+  cgroup v2 hierarchy is writable): on v1 and hybrid hosts made inside this process's own
+  group of that hierarchy (so whatever limits apply to it still apply to the kernel); on a
+  host that mounts only cgroup v2, in the grader's own subtree (``grading.sandbox.cgroup2``):
+  beside a worker's leaf in its job group (so the kernel keeps its job's CPUs, weight and
+  process bound), else in ``course-grading`` itself, and nowhere where the grader has no
+  subtree (a systemd service without delegation: the process tree below). It is joined
+  before the kernel runs, so every process the kernel starts is born inside; the grading
+  user cannot write a cgroup file, so none can leave. The kernel charges CPU time to the
+  group as it is used: a process that exits, is killed or daemonises itself stays counted.
 * **the process tree in /proc** (every other level, or where joining failed): at each
   ``used()``, the user and system time of every process under ``pid`` (all its threads),
   plus what its reaped children used (``cutime``, ``cstime``). A process gone since the last
@@ -36,7 +40,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from grading.sandbox.cgroups import mount_point, rmdir_when_empty
+from grading.sandbox.cgroup2 import kernel_parent
+from grading.sandbox.cgroups import detect_layout, mount_point, rmdir_when_empty
 
 __all__ = ["CellClock", "CpuAccount", "Mark", "account", "prune_kernel_groups"]
 
@@ -205,6 +210,8 @@ def account(level: str) -> CpuAccount:
     """A new kernel's account: a cgroup of its own at the ``root`` level where one can be made, else its tree."""
     if level != "root" or not hasattr(os, "geteuid") or os.geteuid() != 0:
         return CpuAccount()
+    if detect_layout() == "v2":
+        return _account_v2()
     for mount, own, usage in _hierarchies():
         parent = mount / own.lstrip("/")
         if parent == mount:
@@ -219,6 +226,22 @@ def account(level: str) -> CpuAccount:
             continue
         return CpuAccount(group, usage)
     return CpuAccount()
+
+
+def _account_v2() -> CpuAccount:
+    """``account`` on a cgroup v2 host: a group in the grader's subtree (``cgroup2.kernel_parent``), else its tree."""
+    parent = kernel_parent()
+    if parent is None:
+        return CpuAccount()
+    group = parent / f"kernel-{os.getpid()}-{next(_numbers)}"
+    try:
+        prune_kernel_groups(parent)
+        group.mkdir()
+        _v2_usage(group)
+    except (OSError, ValueError):
+        rmdir_when_empty(group, wait=0.0)
+        return CpuAccount()
+    return CpuAccount(group, _v2_usage)
 
 
 def prune_kernel_groups(parent: Path) -> None:

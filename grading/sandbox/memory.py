@@ -17,19 +17,21 @@ why not, in words an instructor can act on. Where the budget lives:
   plus swap: nothing escapes into swap). The kernel joins it before it runs anything, so every
   process it starts is born inside; the grading user cannot write a cgroup file, so none can
   leave.
-* **cgroup v2** (written by the kernel's documented interface, Documentation/admin-guide/
-  cgroup-v2.rst; not yet run on a v2 host: issue 29's VM test): a process is in exactly one v2
-  group, and ``cputime.account`` already puts the kernel into ``kernel-<pid>-<n>`` when no v1
-  ``cpuacct`` exists, so the budget is set on that same group (``shared``): ``memory.max`` the
-  budget, ``memory.swap.max`` 0 (where swap is accounted), ``memory.oom.group`` 1 (the OOM
-  killer takes the whole group at once). Its parent must have the memory controller in its
-  ``cgroup.subtree_control``, which a v2 group can have only while it holds no process (the
-  root excepted). So the budget applies where this process sits in the v2 root: the kernels'
-  groups are then under ``course-grading/``, which holds no process, and ``+memory`` is
-  enabled in the root's and in its ``cgroup.subtree_control``. It does not apply where this
-  process sits in a v2 group below the root (a systemd service or session): the kernels'
-  groups are inside that group, which holds this process and so cannot give them the memory
-  controller. Running the grader in a delegated subtree of its own is a later step of issue 29.
+* **cgroup v2**: a process is in exactly one v2 group, and ``cputime.account`` puts the kernel
+  into ``kernel-<pid>-<n>``, so the budget is set on that same group (``shared``):
+  ``memory.max`` the budget, ``memory.swap.max`` 0 (where swap is accounted),
+  ``memory.oom.group`` 1 (the OOM killer takes the whole group at once). Its parent must have
+  the memory controller in its ``cgroup.subtree_control``, which a v2 group can have only while
+  it holds no process (the root excepted). On a host that mounts only cgroup v2 the kernel's
+  group is in the grader's own subtree (``grading.sandbox.cgroup2``: beside the worker's leaf in
+  its job group, which gives its children ``+memory``, or in ``course-grading``), so the budget
+  applies wherever that subtree can be: in the v2 root, or in a group delegated to the grader
+  (``systemd-run --scope -p Delegate=yes``); not in a systemd service without delegation (the
+  grader makes no group there; ``missing()`` says so). Tried in the machine of
+  ``tools/cgroup2_vm.py`` (``tests/cgroup2``). On a hybrid host (a ``cgroup2`` hierarchy beside
+  v1's, no v1 ``memory`` to write) it applies only where this process sits in the v2 root and
+  the kernels' CPU time is read from v2, as before: the kernels' groups are then under
+  ``course-grading/``, with ``+memory`` enabled in the root's and its ``cgroup.subtree_control``.
 * **elsewhere** (below the ``root`` level, no writable memory hierarchy, a budget of 0): no
   budget (``killed()`` is always False); each process is still held to its address space
   (``Limits.memory_bytes``, ``RLIMIT_AS``).
@@ -60,7 +62,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from grading.sandbox.cgroups import mount_point, own_group, read, rmdir_when_empty, write
+from grading.sandbox.cgroup2 import subtree
+from grading.sandbox.cgroups import detect_layout, enable, mount_point, own_group, read, rmdir_when_empty, write
 from grading.sandbox.cputime import PARENT, prune_kernel_groups
 
 __all__ = [
@@ -120,6 +123,15 @@ def _v2_place() -> tuple[Path | None, str]:
     mount = mount_point("cgroup2")
     if mount is None:
         return None, "no cgroup memory hierarchy is mounted (v1 `memory`, or cgroup v2)"
+    if detect_layout() == "v2":  # the grader's own subtree (grading.sandbox.cgroup2)
+        root, why = subtree(create=False)
+        if root is None:
+            return None, why
+        try:
+            controllers = read(root.parent / "cgroup.controllers").split()
+        except OSError:
+            return None, f"the cgroup v2 group {root.parent} cannot be read"
+        return (mount, "") if "memory" in controllers else (None, "the cgroup v2 hierarchy has no memory controller")
     if mount_point("cgroup", "cpuacct") is not None:
         return None, "no cgroup v1 `memory` hierarchy, and the kernels' CPU time is read from v1's `cpuacct`, not v2"
     try:
@@ -329,11 +341,29 @@ def budget(level: str, limit_bytes: int, shared: Path | None = None) -> MemoryBu
             return MemoryBudget(group, limit_bytes, "v1")
     if shared is None or not (shared / "cgroup.controllers").is_file():
         return MemoryBudget()
+    if detect_layout() == "v2":
+        return _budget_v2(shared, limit_bytes)
     mount, _ = _v2_place()
     if mount is None or shared.parent != mount / PARENT:
         return MemoryBudget()
     try:
         enable_v2(mount, shared.parent)
+        apply_v2(shared, limit_bytes)
+        oom_count(shared, "v2")
+    except (OSError, ValueError):
+        return MemoryBudget()
+    return MemoryBudget(shared, limit_bytes, "v2", owned=False)
+
+
+def _budget_v2(shared: Path, limit_bytes: int) -> MemoryBudget:
+    """``budget`` on a cgroup v2 host: on the kernel's group in the grader's subtree (its job group's, or R's)."""
+    root, _ = subtree(create=False)
+    parent = shared.parent
+    if root is None or not (parent == root or (parent.parent == root and parent.name.startswith("job-"))):
+        return MemoryBudget()
+    try:
+        if "memory" not in enable(parent, ("memory",)):
+            return MemoryBudget()
         apply_v2(shared, limit_bytes)
         oom_count(shared, "v2")
     except (OSError, ValueError):

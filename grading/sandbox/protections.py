@@ -9,8 +9,8 @@ so instead of pretending. Three levels:
   namespace (every process it starts dies with it), IPC namespace (System V objects and
   POSIX message queues are its own and vanish with it) and runs as a grading user of its
   own (uid ``GRADING_UID_BASE + slot``) that owns nothing; each worker's ``/tmp`` is a
-  size-limited tmpfs, the only place the kernel can write; with cgroup v1, measured tests
-  get a CPU no other job can use (``sandbox.cpus``);
+  size-limited tmpfs, the only place the kernel can write; with cgroup v1, or cgroup v2 in a
+  subtree of the grader's own, measured tests get a CPU no other job can use (``sandbox.cpus``);
 * ``userns`` (unprivileged user namespaces): the same namespaces, but the kernel keeps your
   user id, so files you own outside the hidden course directories stay writable, and there
   is no disk quota beyond the per-file size limit;
@@ -133,11 +133,6 @@ class Protections:
             gaps += MemorySupport("", "needs the root level").missing()
         elif self.memory is not None:
             gaps += self.memory.missing()
-        if self.cgroups == "v2" and self.level == "root":
-            gaps.append(
-                "cgroup v2 only: the grader's cgroup protections (a measured test's own CPU, a CPU share per job, "
-                "pausing the idle side of a round) are written for cgroup v1 and are off on this host"
-            )
         return gaps
 
     def describe(self) -> str:

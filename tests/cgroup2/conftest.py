@@ -7,7 +7,9 @@ of ``tools/cgroup2_vm.py`` (``make grading-test-cgroup2``); on this project's de
 machines (v1 hierarchies) ``make test`` collects and skips them in milliseconds. On a real
 v2-only host, as root, they would run: they enable the ``cpuset cpu memory pids`` controllers
 in the root group's ``cgroup.subtree_control`` (and leave them), and make and remove groups
-named ``cg2test-*`` under the root.
+named ``cg2test-*`` under the root; ``test_placement.py`` runs the grader's own placement,
+which makes ``course-grading`` under the root and removes it after each test with whatever
+runs in it, so it runs only in that machine (``CGROUP2_VM=1``).
 
 **Processes.** A test's processes are forked from the pytest process (``spawn``): a child
 waits until the parent has moved it into its group, then runs a function, and talks to the

@@ -343,3 +343,35 @@ def test_without_a_budget_the_same_children_all_survive(tmp_path):
 
 def test_a_budget_with_no_group_never_reports_a_kill():
     assert not MemoryBudget().killed() and MemoryBudget().kill_all()
+
+
+# ----------------------------------------------------------------------------- a v2-only host: the grader's subtree
+
+
+def test_on_a_v2_only_host_the_budget_goes_on_a_kernel_group_of_the_graders_subtree(fake_v2, monkeypatch):
+    """Beside a worker's leaf in its job group (which gives it +memory), or in R; nowhere else; why, where none."""
+    from grading.sandbox import memory
+
+    root, _ = fake_v2
+    subtree = root / "course-grading"
+    (subtree / "cgroup.subtree_control").write_text("cpu cpuset memory pids\n")
+    job = _files(subtree / "job-61001", {"cgroup.controllers": "cpu cpuset memory pids\n"})
+    (job / "cgroup.subtree_control").write_text("memory\n")  # as cgroup2.job leaves it
+    kernel = _files(
+        job / "kernel-1-0",
+        {"cgroup.controllers": "memory\n", "cgroup.procs": "", "memory.max": "max", "memory.oom.group": "0"}
+        | {"memory.events": "max 0\noom 0\noom_kill 0\n"},
+    )
+    monkeypatch.setattr(memory, "detect_layout", lambda: "v2")
+    monkeypatch.setattr(memory, "subtree", lambda create=True: (subtree, ""))
+    assert support("root") == MemorySupport("v2")
+    shared = budget("root", 1 << 30, shared=kernel)
+    assert (shared.group, shared.version, shared.owned) == (kernel, "v2", False)
+    assert [(kernel / name).read_text() for name in ("memory.max", "memory.oom.group")] == [str(1 << 30), "1"]
+    assert (job / "cgroup.subtree_control").read_text() == "memory\n"  # enabled already: not written again
+    elsewhere = _files(root / "kernel-2-0", {"cgroup.controllers": "memory\n"})
+    assert not budget("root", 1 << 30, shared=elsewhere).active  # not in the grader's subtree
+    why = "this process is in the cgroup v2 group /sys/fs/cgroup/system.slice/x.service, which is not delegated"
+    monkeypatch.setattr(memory, "subtree", lambda create=True: (None, why))
+    assert support("root") == MemorySupport("", why)
+    assert not budget("root", 1 << 30, shared=kernel).active

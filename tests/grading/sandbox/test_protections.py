@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from grading.sandbox.cpus import CpuIsolation
 from grading.sandbox.protections import GRADING_UID_BASE, Limits, Protections, SlotLease, detect, jail_argv
 
 PROTECTIONS = detect()
@@ -31,11 +32,19 @@ def test_the_cgroup_layout_is_named_beside_the_level():
     assert PROTECTIONS.describe().startswith(f"sandbox: {PROTECTIONS.level} (cgroups: {PROTECTIONS.cgroups})")
 
 
-def test_a_cgroup_v2_only_host_says_its_cgroup_protections_are_off():
-    v2_only = [gap for gap in Protections("root", cgroups="v2").missing() if "cgroup v2 only" in gap]
-    assert len(v2_only) == 1 and "measured test's own CPU" in v2_only[0]
-    for layout in ("v1", "hybrid", "none", ""):
-        assert not any("cgroup v2 only" in gap for gap in Protections("root", cgroups=layout).missing())
+def test_a_cgroup_v2_only_host_names_what_its_subtree_lacks_and_nothing_it_has():
+    """v2's gaps come from the grader's v2 subtree (``cgroup2.missing``); v1's wording is unchanged."""
+    why = "this process is in the cgroup v2 group /system.slice/x.service, which is not delegated to it"
+    gaps = Protections("root", cpu=CpuIsolation(layout="v2", why=why), cgroups="v2").missing()
+    assert gaps[0] == f"no cgroup v2 subtree for the grader's groups: {why}"
+    assert any("cgroup v2's cpuset controller in the grader's subtree" in gap for gap in gaps)
+    assert any("cgroup v2's cpu controller" in gap for gap in gaps)
+    base = Path("/sys/fs/cgroup")
+    whole = CpuIsolation(base, None, base, True, base, base, layout="v2")
+    assert Protections("root", cpu=whole, cgroups="v2").missing() == []
+    v1 = Protections("root", cpu=CpuIsolation(), cgroups="v1").missing()
+    assert any("needs root and cgroup v1's cpuset" in gap for gap in v1)
+    assert not any("cgroup v2 subtree" in gap for gap in v1)
 
 
 def _run_in_jail(protections: Protections, script: str, hide: list[Path]) -> str:
@@ -130,6 +139,7 @@ ORPHAN_SCRIPT = """
 import os, subprocess, sys, time
 from pathlib import Path
 from grading.sandbox import worker
+from grading.sandbox.cpus import CpuIsolation
 from grading.sandbox.protections import GRADING_UID_BASE, Limits, SlotLease, detect, jail_argv
 
 def mine(uid):
