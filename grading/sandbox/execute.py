@@ -61,7 +61,7 @@ from grading.sandbox.kernel import (
     time_limits,
 )
 from grading.sandbox.leaks import keep_hidden_tests_out, label
-from grading.sandbox.protections import Limits
+from grading.sandbox.protections import Limits, size_text
 from grading.sanitize import fail_cell, is_test, role
 
 __all__ = ["GRADER_PROBLEM", "JailedKernelManager", "drop_profiler_chatter", "execute", "explain_limits"]
@@ -94,25 +94,21 @@ def drop_profiler_chatter(nb: NotebookNode) -> None:
         cell.outputs = kept
 
 
-def _size(count: int) -> str:
-    return f"{count / (1 << 30):g} GiB" if count >= 1 << 30 else f"{count / (1 << 20):g} MiB"
-
-
 def _limit_signatures(limits: Limits) -> list[tuple[re.Pattern, str]]:
     """Error texts that a sandbox limit causes, and the limit in plain words."""
     return [
         (
             re.compile(r"No space left on device|\[Errno 28\]"),
             f"the sandbox's temporary disk is full: a notebook and the files it writes (its TMPDIR, "
-            f"torch.compile's C++ builds included) get {_size(limits.disk_bytes)} in all",
+            f"torch.compile's C++ builds included) get {size_text(limits.disk_bytes)} in all",
         ),
         (
             re.compile(r"File too large|File size limit exceeded|\[Errno 27\]"),
-            f"a file reached the sandbox's limit of {_size(limits.file_bytes)}",
+            f"a file reached the sandbox's limit of {size_text(limits.file_bytes)}",
         ),
         (
             re.compile(r"MemoryError|Cannot allocate memory|\[Errno 12\]|bad_alloc|can't allocate memory"),
-            f"the sandbox's memory limit was reached ({_size(limits.memory_bytes)} of address space)",
+            f"the sandbox's memory limit was reached ({size_text(limits.memory_bytes)} of address space)",
         ),
         (
             re.compile(r"can't start new thread|\[Errno 11\] Resource temporarily unavailable"),
@@ -167,7 +163,7 @@ def _exit_words(status: int | None) -> str:
 
 
 def _over_budget(limit: int) -> str:
-    return f"the kernel and the processes it started went past the job's memory budget ({_size(limit)} in all)"
+    return f"the kernel and the processes it started went past the job's memory budget ({size_text(limit)} in all)"
 
 
 def execute(

@@ -52,6 +52,7 @@ __all__ = [
     "kernel_env",
     "package_roots",
     "parent_death_signal",
+    "size_text",
     "worker_prefix",
 ]
 
@@ -94,6 +95,11 @@ class Limits:
 
     def to_dict(self) -> dict:
         return asdict(self)
+
+
+def size_text(count: int) -> str:
+    """A limit's size in words: ``"8 GiB"``, ``"300 MiB"``."""
+    return f"{count / (1 << 30):g} GiB" if count >= 1 << 30 else f"{count / (1 << 20):g} MiB"
 
 
 @dataclass(frozen=True)

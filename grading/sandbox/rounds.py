@@ -58,7 +58,14 @@ from grading.errors import CourseError
 from grading.sandbox.cpus import REALTIME_PRIORITY, Reservation, pausable_group, pause, remove_group
 from grading.sandbox.ledger import Disturbance, Ledger, Sample
 from grading.sandbox.memory import MemoryBudget, budget
-from grading.sandbox.protections import GRADING_UID_BASE, Limits, Protections, jail_argv, parent_death_signal
+from grading.sandbox.protections import (
+    GRADING_UID_BASE,
+    Limits,
+    Protections,
+    jail_argv,
+    parent_death_signal,
+    size_text,
+)
 from grading.sandbox.round_child import Channel, echo, main
 
 __all__ = ["Channel", "Disturbed", "Message", "RoundError", "RoundProcess", "echo", "main", "starter"]
@@ -355,7 +362,7 @@ class RoundProcess:
         self._memory.kill_all()
         return (
             f"the process and those it started went past the job's memory budget "
-            f"({self._memory.limit / (1 << 30):.1f} GiB in all), and were killed"
+            f"({size_text(self._memory.limit)} in all), and were killed"
         )
 
     def _within_memory(self) -> None:

@@ -65,7 +65,7 @@ def test_a_round_whose_processes_go_past_the_budget_together_fails_and_says_so(s
         group = process._memory.group
         assert group is not None and process._memory.limit == BUDGET
         process.wait_ready(60)
-        with pytest.raises(RoundError, match=r"went past the job's memory budget \(0\.3 GiB in all\)") as caught:
+        with pytest.raises(RoundError, match=r"went past the job's memory budget \(300 MiB in all\)") as caught:
             process.round({"run": _two_children(200)}, timeout=60)  # 400 MiB together, each far under --memory-gb
         assert not caught.value.timeout
         assert not (group / "cgroup.procs").read_text().split()  # every process of the round killed
