@@ -225,6 +225,14 @@ class Link:
         return json.loads(self._reader.readline())
 
 
+def hold_and_report(link: Link, mib: int = 50) -> None:
+    """A neighbour's work: hold ``mib`` MiB (each page written), say "allocated", when told whether it is intact."""
+    data = b"\x5a" * (mib << 20)
+    link.send("allocated")
+    link.receive()
+    link.send({"intact": data.count(0x5A) == len(data)})
+
+
 class Child:
     """A forked process, as its parent sees it: messages, its exit status."""
 

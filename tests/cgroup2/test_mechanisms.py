@@ -22,7 +22,7 @@ import pytest
 
 from grading.sandbox.cgroups import detect_layout, parse_cpus
 
-from .conftest import CGROUP_ROOT, CONTROLLERS, WAIT, Group, Link, Spawn, make_group, mounts
+from .conftest import CGROUP_ROOT, CONTROLLERS, WAIT, Group, Link, Spawn, hold_and_report, make_group, mounts
 
 MIB = 1 << 20
 
@@ -172,13 +172,7 @@ def test_a_group_over_memory_max_is_oom_killed_whole_and_its_neighbour_lives(
             os.read(done, 1)
         signal.pause()  # the leader allocates nothing: only the group kill takes it
 
-    def fifty_mib_kept(link: Link) -> None:
-        data = b"\x5a" * (50 * MIB)
-        link.send("allocated")
-        link.receive()
-        link.send({"intact": data.count(0x5A) == len(data)})
-
-    quiet = spawn(neighbour, fifty_mib_kept)
+    quiet = spawn(neighbour, hold_and_report)
     assert quiet.receive() == "allocated"
     started = time.monotonic()
     leader = spawn(tree, three_children_of_100_mib)

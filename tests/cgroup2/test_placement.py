@@ -28,7 +28,7 @@ from grading.sandbox import cgroup2, cpus, cputime, memory
 from grading.sandbox.cgroups import SUBTREE, parse_cpus
 from grading.sandbox.ledger import Ledger
 
-from .conftest import CGROUP_ROOT, WAIT, Group, Link, Spawn, make_group
+from .conftest import CGROUP_ROOT, WAIT, Group, Link, Spawn, hold_and_report, make_group
 
 # Only in the machine of tools/cgroup2_vm.py (which sets CGROUP2_VM=1): the tests remove course-grading under the
 # root after each test, with whatever runs in it, which on another v2-only machine could be a grading run's.
@@ -292,10 +292,7 @@ def test_a_kernel_past_its_budget_is_killed_whole_and_its_worker_and_a_neighbour
 
     def neighbour(link: Link) -> None:
         assert cpus.join_job("root", UID + 7)
-        data = b"\x5a" * (50 * MIB)
-        link.send("allocated")
-        link.receive()
-        link.send({"intact": data.count(0x5A) == len(data)})
+        hold_and_report(link)
 
     quiet = spawn(ROOT, neighbour)
     assert quiet.receive() == "allocated"
