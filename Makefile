@@ -15,7 +15,7 @@ TEST_JOBS ?= 2
 # Jupyter refuses to run as root unless told; containers and CI machines often are root.
 ROOT_FLAG := $(if $(filter 0,$(shell id -u)),--allow-root)
 
-.PHONY: lab lab-instructor workspace test exercises-test test-fast grading-test grading-test-cgroup2 colab-test browser-test chromium site install lint release grade-benchmark coordinator-benchmark capstone-benchmark gpu-check set-repo-url clean
+.PHONY: lab lab-instructor workspace test exercises-test test-fast grading-test grading-test-cgroup2 grading-test-cgroup2-autograde colab-test browser-test chromium site install lint release grade-benchmark coordinator-benchmark capstone-benchmark gpu-check set-repo-url clean
 
 # Two distributions, both editable: course_utils (this folder's pyproject.toml, what notebooks import)
 # and the grader (grading/pyproject.toml, the `course` command).
@@ -62,10 +62,19 @@ grading-test: $(STAMP)  ## the slow grading tests: notebook 12's exploit corpus,
 
 # `make grading-test-cgroup2`: tests/cgroup2 in a qemu machine whose kernel mounts only cgroup v2 (tools/cgroup2_vm.py:
 # Debian's qemu-system-x86, linux-image-amd64 and busybox-static, as root). Its CPU is emulated, so pytest there skips
-# the addopts, nbval and the root conftest.py: their imports (nbformat's jsonschema builds Lark parsers) take minutes.
+# the addopts, nbval and the root conftest.py: what they import takes a minute or more there.
 grading-test-cgroup2: $(STAMP)  ## the cgroup v2 protections in a virtual machine whose kernel mounts only cgroup v2 (qemu, software emulation; minutes)
 	$(BIN)/python tools/cgroup2_vm.py $(CGROUP2_VM_ARGS) -- $(BIN)/python -m pytest -o addopts= -p no:nbval -p no:cacheprovider \
 	  --confcutdir=tests/cgroup2 -q tests/cgroup2 $(PYTEST_ARGS)
+
+# `make grading-test-cgroup2-autograde`: `course autograde` end to end in that machine (its tests run on this machine's
+# layout in `make grading-test` too): a memory budget past which a kernel's children fail only their own job, and the
+# CPU attacks of notebook 12 with plain-Python stand-ins; and the jail's limits and namespaces (not its torch test).
+# Slower: every `course autograde` starts workers and kernels at emulated speed.
+grading-test-cgroup2-autograde: $(STAMP)  ## `course autograde` in the cgroup v2 virtual machine: memory budget, collusion, sabotage (emulated; about 17 minutes)
+	$(BIN)/python tools/cgroup2_vm.py --timeout 5400 $(CGROUP2_VM_ARGS) -- $(BIN)/python -m pytest -o addopts= -p no:nbval \
+	  -p no:cacheprovider -q -s --durations=0 -k "not torch_compile" tests/grading/sandbox/test_protections.py \
+	  tests/grading_end_to_end/test_memory_budget.py tests/grading_end_to_end/test_cpu_attacks_plain.py $(PYTEST_ARGS)
 
 colab-test: $(STAMP)  ## the Colab path: a fresh venv with only what Colab ships, each student notebook's setup cell, then the notebook
 	COURSE_COLAB_TEST=1 $(BIN)/pytest tests/notebooks/test_colab.py $(PYTEST_ARGS)

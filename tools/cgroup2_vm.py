@@ -40,10 +40,12 @@ its uncompressed ELF image (extracted once from ``/boot/vmlinuz-*`` into the cac
 second; qemu starts it at its PVH entry), which spares the emulated CPU the bzImage's xz
 decompression (about 10 s). The guest then runs the command 8 to 18 s after qemu starts, on
 2 quiet cores, but code runs some 30 to 100 times slower than natively: ``python -c pass``
-2.4 s, ``import pytest`` 14 s, ``import nbformat`` 104 s (jsonschema's ``rfc3987_syntax`` builds
-Lark parsers), ``import torch`` minutes. So commands in the guest should be plain Python, and
-pytest there should skip what it does not need (the make target's ``-o addopts= -p no:nbval
---confcutdir=tests/cgroup2``: no notebook plugin, no root ``conftest.py``). A loaded host makes
+1.7 to 2.4 s, ``import pytest`` 7.5 to 14 s, ``import nbformat`` 8.9 s (104 s with jsonschema 4.25
+or later, whose ``rfc3987_syntax`` builds Lark parsers: the lock keeps 4.24.1), ``import
+grading.autograde`` 20 s, ``import torch`` minutes. So commands in the guest should be plain Python,
+and pytest there should skip what it does not need (``make grading-test-cgroup2``'s ``-o addopts= -p
+no:nbval --confcutdir=tests/cgroup2``: no notebook plugin, no root ``conftest.py``); ``make
+grading-test-cgroup2-autograde`` runs ``course autograde`` there, about 15 minutes. A loaded host makes
 all of it several times slower. The guest has 4 GiB of memory and 2 CPUs unless ``--memory``
 and ``--cpus`` say otherwise; with 2 CPUs it keeps this machine's two cores busy. One machine
 runs at a time (``build/cgroup2-vm/lock``: a second is refused).

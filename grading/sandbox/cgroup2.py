@@ -12,9 +12,11 @@ grader; nowhere else)::
                                      measurement holds, pids.max JOB_PIDS; +memory
           worker/                    the grading worker (and what it starts but its kernels)
           kernel-<pid>-<n>/          a kernel: cputime's CPU time, memory's memory.max
-        measure-<uid>/               a measurement holding a CPU: cpuset.cpus that CPU only,
-                                     the measuring worker; its cpu.pressure is the ledger's
-          round-*/                   a round process and all it starts: cgroup.freeze
+        measure-<uid>/               a measurement holding a CPU: cpuset.cpus that CPU only;
+                                     its cpu.pressure is the ledger's; +memory
+          worker/                    the measuring worker
+          round-*/                   a round process and all it starts: cgroup.freeze, and
+                                     memory's memory.max (the job's budget, shared)
         unheld-<uid>/                a measurement without a CPU of its own: a job's CPUs
         kernel-<pid>-<n>/            a kernel of a process not in a job (no worker)
         probe-*/                     cpus.isolation's real-time probe, for a moment
@@ -22,8 +24,10 @@ grader; nowhere else)::
 A group that enables a domain controller for its children holds no process (the kernel's
 "no internal processes" rule): R and each job group hold only groups, which is why a job's
 worker sits in the leaf ``worker`` and a delegated base's own processes move into the leaf
-``course-grader`` (``subtree``) before the base gives its children any controller. A
-measurement group enables none, so the measuring worker and its round groups share it.
+``course-grader`` (``subtree``) before the base gives its children any controller. So does a
+measurement group's measuring worker: the group gives its round groups the memory controller
+(each round process's budget, ``grading.sandbox.memory``) and no other (cpu and cpuset stay
+the measurement's as a whole: its round processes share its CPU at real-time priority).
 
 * ``subtree(create)``: R, made and given its controllers where ``create``, or None and why.
 * ``job(root, uid)``, ``rebalance(root, keep)``, ``remove(group)``: the job groups, each
@@ -218,21 +222,23 @@ def rebalance(root: Path, keep: frozenset[Path] = frozenset()) -> set[int]:
 def measurement(root: Path, uid: int, cpu: int | None) -> Path:
     """``R/measure-<uid>`` holding ``cpu`` alone, or (``cpu`` None) ``R/unheld-<uid>`` with the jobs' CPUs. Lock held.
 
-    Neither enables a controller for its children: the measuring process and its round
-    groups (``cpus.pausable_group``) share it.
+    The measuring process goes into its leaf ``worker`` (``enter``), so that the group can give
+    its round groups (``cpus.pausable_group``) the memory controller, and no other.
     """
     group = root / (f"measure-{uid}" if cpu is not None else f"unheld-{uid}")
     make(group)
     _configure(group)
     if cpu is not None:
         _ops.set_cpus(group, {cpu})
+    make(group / WORKER)
+    enable(group, ("memory",))  # before it holds a process: the round processes' memory budgets
     return group
 
 
 def enter(root: Path, group: Path) -> Path:
-    """Move this process into ``group`` (``measurement``'s); where it was. Lock held."""
+    """Move this process into ``group``'s leaf ``worker`` (``measurement``'s); where it was. Lock held."""
     back = own_group(_mount(), "")
-    add(group, os.getpid())
+    add(group / WORKER, os.getpid())
     rebalance(root, keep=frozenset({group, back, back.parent}))  # where it goes back to stays, emptied or not
     return back
 

@@ -26,7 +26,10 @@ why not, in words an instructor can act on. Where the budget lives:
   group is in the grader's own subtree (``grading.sandbox.cgroup2``: beside the worker's leaf in
   its job group, which gives its children ``+memory``, or in ``course-grading``), so the budget
   applies wherever that subtree can be: in the v2 root, or in a group delegated to the grader
-  (``systemd-run --scope -p Delegate=yes``); not in a systemd service without delegation (the
+  (``systemd-run --scope -p Delegate=yes``). A measured test's round process
+  (``grading.sandbox.rounds``) gets its budget the same way, on its freezer group
+  (``shared``), which sits in its measurement's group beside the measuring worker's leaf; not
+  in a systemd service without delegation (the
   grader makes no group there; ``missing()`` says so). Tried in the machine of
   ``tools/cgroup2_vm.py`` (``tests/cgroup2``). On a hybrid host (a ``cgroup2`` hierarchy beside
   v1's, no v1 ``memory`` to write) it applies only where this process sits in the v2 root and
@@ -356,10 +359,12 @@ def budget(level: str, limit_bytes: int, shared: Path | None = None) -> MemoryBu
 
 
 def _budget_v2(shared: Path, limit_bytes: int) -> MemoryBudget:
-    """``budget`` on a cgroup v2 host: on the kernel's group in the grader's subtree (its job group's, or R's)."""
+    """``budget`` on a cgroup v2 host: on the kernel's group in the grader's subtree (its job group's, or R's),
+    or on a round process's group in its measurement's group (``grading.sandbox.rounds``)."""
     root, _ = subtree(create=False)
     parent = shared.parent
-    if root is None or not (parent == root or (parent.parent == root and parent.name.startswith("job-"))):
+    in_root = parent.parent == root and parent.name.startswith(("job-", "measure-", "unheld-"))
+    if root is None or not (parent == root or in_root):
         return MemoryBudget()
     try:
         if "memory" not in enable(parent, ("memory",)):

@@ -13,7 +13,8 @@ so a result must be computed and serialised before it counts. Where the reservat
 freezer group (root), ``pause()`` stops the process and everything it started, and
 ``resume()`` (or the ``resumed()`` block) lets them run again: the referee keeps both sides
 alive and pauses the one it is not timing. Where a kernel would get a memory budget
-(``grading.sandbox.memory``: root, a writable cgroup v1 ``memory`` hierarchy), so does each
+(``grading.sandbox.memory``: root, a writable cgroup v1 ``memory`` hierarchy; on a host that
+mounts only cgroup v2, the round's freezer group in the grader's subtree), so does each
 round process, of the same size (``Limits.job_memory_bytes``), shared with every process it
 starts: once the OOM killer has struck in its group, every process there is killed and the
 round fails as the process's own (``RoundError``, saying so). ``close()`` kills the process,

@@ -1,7 +1,8 @@
 """The grader's own cgroup v2 placement, run for real on a machine that mounts only cgroup v2.
 
 ``cpus.join_job``, ``cpus.reserve``, ``pausable_group``/``pause``, ``cputime.account`` and
-``memory.budget``, with the tree of ``grading.sandbox.cgroup2``.
+``memory.budget``, with the tree of ``grading.sandbox.cgroup2``; and a measured test's round
+process (``grading.sandbox.rounds``) in the jail, under its memory budget.
 
 Each test runs the grader's functions in processes forked from pytest (``spawn``), plain Python
 only. pytest itself sits in the v2 root, as the grader does on a machine without systemd, so the
@@ -16,6 +17,8 @@ import errno
 import mmap
 import os
 import signal
+import sys
+import tempfile
 import threading
 import time
 from collections.abc import Iterator
@@ -27,6 +30,8 @@ import pytest
 from grading.sandbox import cgroup2, cpus, cputime, memory
 from grading.sandbox.cgroups import SUBTREE, parse_cpus
 from grading.sandbox.ledger import Ledger
+from grading.sandbox.protections import Limits, SlotLease, detect
+from grading.sandbox.rounds import RoundError, starter
 
 from .conftest import CGROUP_ROOT, WAIT, Group, Link, Spawn, hold_and_report, make_group
 
@@ -116,14 +121,16 @@ def test_a_held_cpu_is_out_of_a_jobs_reach_until_the_measurement_ends(
     assert before["escape"] == "EACCES"  # a grading user cannot leave its job's group
     with cpus.reserve("root", 0, UID, wait=WAIT) as held:
         assert held.held and held.realtime
-        assert held.pressure == held.freezer == SUB / f"measure-{UID}" == _group_of(os.getpid())
+        assert held.pressure == held.freezer == SUB / f"measure-{UID}" == _group_of(os.getpid()).parent
+        assert _group_of(os.getpid()).name == cgroup2.WORKER  # in a leaf: its round groups may get +memory
+        assert Group(held.freezer).read("cgroup.subtree_control").split() == ["memory"]
         assert Group(held.pressure).read("cpuset.cpus.effective") == str(held.cpu)
         job.send("look")
         during = job.receive()
         sample = Ledger(held, lambda: []).sample()  # the ledger reads the measurement group's cpu.pressure
         with cpus.reserve("root", 1, UID + 9, wait=0.5) as second:  # it would leave the jobs no CPU: not held
             unheld = (second.held, second.realtime, second.pressure, sorted(os.sched_getaffinity(0)))
-        assert _group_of(os.getpid()) == SUB / f"measure-{UID}"  # back in the first measurement
+        assert _group_of(os.getpid()) == SUB / f"measure-{UID}" / cgroup2.WORKER  # back in the first measurement
     job.send("look")
     after = job.receive()
     findings.update(held_cpu=held.cpu, before=before, during=during, after=after, full_pressure_s=sample.full)
@@ -196,7 +203,7 @@ def test_a_frozen_round_group_uses_no_cpu_and_thaws_intact(
                 if not n & 0x3FF:
                     counter[offset : offset + 8] = n.to_bytes(8, "little")
 
-        child = spawn(Group(held.freezer), round_process)
+        child = spawn(Group(held.freezer / cgroup2.WORKER), round_process)  # forked by the measuring worker
         deadline = time.monotonic() + WAIT
         while 0 in counted():
             assert time.monotonic() < deadline, "the round process never started counting"
@@ -350,3 +357,62 @@ def test_a_grader_in_a_delegated_group_keeps_its_groups_inside_it(spawn: Spawn, 
         assert child.wait() == 0
     finally:
         scope.remove()
+
+
+# A round of the ``echo`` entry runs this shell: two Python children that each hold ``mib`` MiB (every page
+# written) for a second, at the same time, and waits for both.
+HOLD = "import sys, time; block = b'x' * (int(sys.argv[1]) << 20); time.sleep(1)"
+
+
+def _two_children(mib: int) -> list[str]:
+    child = f'{sys.executable} -c "{HOLD}" {mib}'
+    return ["sh", "-c", f"{child} & {child}; wait"]
+
+
+def test_a_round_process_past_the_jobs_budget_fails_alone_and_one_under_it_passes(
+    placement: cpus.CpuIsolation, spawn: Spawn, findings: dict[str, Any]
+) -> None:
+    """The grader's real round processes (the jail, ``python -I -m grading.sandbox.rounds``) in a held measurement.
+
+    Each gets a budget of 300 MiB on its freezer group, beside the measuring worker's leaf: two children of
+    200 MiB together fail that round as the process's own failure, and nothing else (the measuring process, a
+    neighbour job's 50 MiB); the next round process, whose two children hold 50 MiB each, passes.
+    """
+    protections = detect()
+    assert protections.level == "root", protections.missing()
+    lease = SlotLease(1, True)
+
+    def neighbour(link: Link) -> None:
+        assert cpus.join_job("root", UID + 11)
+        hold_and_report(link)
+
+    quiet = spawn(ROOT, neighbour)
+    assert quiet.receive() == "allocated"
+    try:
+        with tempfile.TemporaryDirectory(prefix="rounds-") as tmp, cpus.reserve("root", 0, UID + 10, wait=WAIT) as held:
+            Path(tmp).chmod(0o711)
+            start = starter(protections, Limits(job_memory_bytes=300 * MIB), [], lease.slots[0], Path(tmp), held)
+            started = time.monotonic()
+            with start({"entry": "grading.sandbox.rounds:echo"}, "answer") as process:
+                group = process._memory.group
+                assert group is not None and group.parent == SUB / f"measure-{UID + 10}"
+                assert (process._memory.version, Group(group).read("memory.max")) == ("v2", str(300 * MIB))
+                process.wait_ready(300)
+                ready = time.monotonic() - started
+                with pytest.raises(RoundError, match=r"went past the job's memory budget \(300 MiB in all\)") as over:
+                    process.round({"run": _two_children(200)}, timeout=300)
+                assert not over.value.timeout
+                assert not Group(group).pids()  # every process of the round killed
+                events = Group(group).keyed("memory.events")
+            assert not group.exists()
+            with start({"entry": "grading.sandbox.rounds:echo"}, "answer") as process:
+                process.wait_ready(300)
+                _, message = process.round({"run": _two_children(50), "payload": "fine"}, timeout=300)
+            assert message.header["status"] == 0 and bytes(message.arrays["payload"][2]) == b"fine"
+            assert _group_of(os.getpid()) == SUB / f"measure-{UID + 10}" / cgroup2.WORKER  # the measurement goes on
+        findings.update(round_ready_s=round(ready, 1), round_memory_events=events, error=str(over.value)[:200])
+        assert events.get("oom_group_kill", 0) >= 1 or events.get("oom_kill", 0) >= 1
+        quiet.send("check")
+        assert quiet.receive() == {"intact": True}
+    finally:
+        lease.release()

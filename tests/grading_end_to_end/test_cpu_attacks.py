@@ -22,16 +22,17 @@ kernel has its own IPC namespace) and its burners are refused the measured CPU.
 
 from __future__ import annotations
 
-import json
 import subprocess
 import sys
 from pathlib import Path
 
+import nbformat
 import pytest
 
 from grading.coursedir import Course
 from grading.sandbox import cpus
 from grading.sandbox.protections import detect
+from tests.support.cpu_attacks import SEMAPHORE_UP, burner_notes, burners, cpu_limit_notes, keep_alive
 from tools.capstone_benchmark import COMPILED, NOT_MEASURED, capstone_course, reference_answer, report_of
 
 pytestmark = pytest.mark.slow_grading  # notebook 12 graded end to end, several times: minutes
@@ -39,97 +40,15 @@ pytestmark = pytest.mark.slow_grading  # notebook 12 graded end to end, several 
 PROTECTIONS = detect()
 ISOLATION = cpus.isolation(PROTECTIONS.level)
 NAME = "12_make_this_training_loop_fast"
-KEY = 0x23C0
 
-SLOW_LOOP = f"""
-import ctypes as _ctypes
-
-_libc = _ctypes.CDLL(None, use_errno=True)
-
-
-class _Sembuf(_ctypes.Structure):
-    _fields_ = [("sem_num", _ctypes.c_ushort), ("sem_op", _ctypes.c_short), ("sem_flg", _ctypes.c_short)]
-
-
-_semaphore = _libc.semget({KEY}, 1, 0o1000 | 0o666)
-_libc.semop(_semaphore, _ctypes.byref(_Sembuf(0, 1, 0x1000)), 1)  # up while this process lives (SEM_UNDO)
-
-
+SLOW_LOOP = (
+    SEMAPHORE_UP
+    + """
 def fast_train(task, device):
     \"\"\"slow_train itself: the accomplice is to make it look fast.\"\"\"
     return slow_train(task, device)
 """
-
-# The accomplice's (or saboteur's) first added cell: burners in new sessions, pinned to each CPU
-# (trying again and again), each writing what it saw into a file of the kernel's working directory.
-BURNERS = f"""
-import ctypes, json, os, time
-
-_libc = ctypes.CDLL(None, use_errno=True)
-_semaphore = _libc.semget({KEY}, 1, 0o1000 | 0o666)
-
-
-def _burner(cpu, coordinate, start_at):
-    first = os.fork()
-    if first:
-        os.waitpid(first, 0)
-        return
-    os.setsid()
-    if os.fork():
-        os._exit(0)
-    time.sleep(max(0.0, start_at - time.time()))  # all together, once the kernel has forked them all
-    seen = pinned = refused = 0
-    log, written = f"burner-{{os.getpid()}}.json", time.monotonic()
-    while True:
-        try:
-            os.sched_setaffinity(0, {{cpu}})
-            pinned += 1
-        except OSError:
-            refused += 1
-        if coordinate and _libc.semctl(_semaphore, 0, 12) > 0:  # GETVAL: an answer process is alive
-            seen += 1
-            time.sleep(0.01)
-        else:
-            end = time.perf_counter() + 0.02
-            while time.perf_counter() < end:
-                pass
-        if time.monotonic() - written > 0.5:
-            with open(log, "w") as out:
-                out.write(json.dumps({{"cpu": cpu, "seen": seen, "pinned": pinned, "refused": refused}}))
-            written = time.monotonic()
-
-
-_start_at = time.time() + 15
-for _index in range(BURNER_COUNT):
-    _burner(_index % os.cpu_count(), COORDINATE, _start_at)
-print("burners started:", BURNER_COUNT)
-"""
-
-# The last added cell: keep the kernel alive while the neighbour is measured, saying every few seconds what the
-# burners saw. Their CPU time counts against this cell's CPU-time limit, which can stop it before the end (it
-# did, in CI and here: 8 burners spinning on two CPUs): what it printed before stays in the notebook.
-KEEP_ALIVE = """
-import glob, json, time
-
-
-def _seen(path):
-    try:
-        with open(path) as log:
-            return json.load(log)
-    except (OSError, ValueError):  # a burner rewriting its log right now
-        return None
-
-
-for _ in range(20):
-    time.sleep(5)
-    burners = [b for b in map(_seen, glob.glob("burner-*.json")) if b is not None]
-    total = {key: sum(b[key] for b in burners) for key in ("seen", "pinned", "refused")}
-    print("BURNERS " + json.dumps({"count": len(burners), **total}), flush=True)
-"""
-
-
-def _burners(count: int, coordinate: bool) -> str:
-    return f"BURNER_COUNT = {count}\nCOORDINATE = {coordinate}\n" + BURNERS
+)
 
 
 def _autograde(course: Course, *options: str) -> subprocess.Popen:
@@ -143,23 +62,8 @@ def _finished(process: subprocess.Popen) -> subprocess.CompletedProcess:
     return subprocess.CompletedProcess(process.args, process.returncode, out, err)
 
 
-def _burner_notes(course: Course, student: str) -> dict:
-    import nbformat
-
-    nb = nbformat.read(course.folder("autograded", NAME, student) / f"{NAME}.ipynb", as_version=4)
-    text = "".join(o.get("text", "") for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", []))
-    lines = [line for line in text.splitlines() if line.startswith("BURNERS ")]
-    assert lines, f"{student}'s notebook printed no BURNERS line:\n" + text[-2000:]
-    return json.loads(lines[-1].removeprefix("BURNERS "))  # the last the cell printed before it ended or was stopped
-
-
-def _cpu_limit_notes(course: Course, student: str) -> list[str]:
-    """The student's grading notes that say a cell exceeded its (CPU) time limit."""
-    import nbformat
-
-    nb = nbformat.read(course.folder("autograded", NAME, student) / f"{NAME}.ipynb", as_version=4)
-    notes = nb.cells[0].source if nb.cells and nb.cells[0].get("id", "").startswith("grading-notes") else ""
-    return [line for line in notes.splitlines() if "exceeded its" in line and "time limit" in line]
+def _graded(course: Course, student: str) -> nbformat.NotebookNode:
+    return nbformat.read(course.folder("autograded", NAME, student) / f"{NAME}.ipynb", as_version=4)
 
 
 def _score(course: Course, student: str) -> tuple[float, float]:
@@ -187,12 +91,12 @@ def test_collusion_through_a_semaphore_buys_no_speed_points(tmp_path):
     course = capstone_course(
         tmp_path,
         {"slow": SLOW_LOOP, "accomplice": reference_answer()},
-        {"accomplice": (_burners(8, coordinate=True), KEEP_ALIVE)},
+        {"accomplice": (burners(8, coordinate=True), keep_alive())},
     )
     done = _finished(_autograde(course))
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     _measured(course, "slow", points=2)  # correct, and as slow as the baseline: no speed points
-    notes = _burner_notes(course, "accomplice")
+    notes = burner_notes(_graded(course, "accomplice"), "accomplice")
     assert notes["count"] == 8 and notes["seen"] == 0  # the slow loop's semaphore never reached it
     assert notes["refused"] > 0  # its burners tried the measured CPU while it was held, and were refused
 
@@ -202,7 +106,7 @@ def test_150_burners_beside_a_learner_cost_them_nothing(tmp_path):
     course = capstone_course(
         tmp_path,
         {"victim": reference_answer(), "saboteur": reference_answer()},
-        {"saboteur": (_burners(150, coordinate=False), KEEP_ALIVE)},
+        {"saboteur": (burners(150, coordinate=False), keep_alive())},
     )
     done = _finished(_autograde(course))
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
@@ -214,11 +118,11 @@ def test_150_burners_beside_a_learner_cost_them_nothing(tmp_path):
     # so the saboteur's burner cell, which itself only sleeps, is stopped at its CPU-time limit by its 150
     # burners' time (the grading notes say so); on a machine where they stay under it, every burner ran and
     # reported (and a fresh kernel that replays the burner cell starts 150 more).
-    stopped = _cpu_limit_notes(course, "saboteur")
+    stopped = cpu_limit_notes(_graded(course, "saboteur"))
     if stopped:
         assert any("of CPU time" in note for note in stopped), stopped
     else:
-        notes = _burner_notes(course, "saboteur")
+        notes = burner_notes(_graded(course, "saboteur"), "saboteur")
         assert notes["count"] >= 150 and notes["count"] % 150 == 0 and notes["pinned"] > 0, notes
 
 

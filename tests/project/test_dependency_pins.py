@@ -1,8 +1,10 @@
 """The three descriptions of the environment agree: pyproject, environment.yml, the lock."""
 
+import importlib.util
 import tomllib
 
 import yaml
+from packaging.version import Version
 
 from tests.support.paths import ROOT
 
@@ -96,3 +98,16 @@ def test_the_grader_distribution_ships_every_subpackage():
         if "course" not in init.relative_to(ROOT / "grading").parts
     }
     assert listed == on_disk
+
+
+def test_no_package_builds_a_parser_in_every_process_that_imports_nbformat():
+    """jsonschema 4.25 and later import ``rfc3987-syntax`` (its ``format-nongpl`` extra, which jupyter-events asks
+    for), and that import builds Lark Earley parsers for some 35 IRI rules: ``import nbformat`` took 3.2 s on this
+    project's development machine (AMD EPYC, 2 cores) and 0.35 s without it, in every ``course`` process, grading
+    worker and test that imports nbformat (and some 100 s in the emulated machine of ``tools/cgroup2_vm.py``). No
+    Jupyter schema uses the ``iri`` formats it checks (jsonschema issue #1428), so the lock keeps jsonschema 4.24.1,
+    the newest release without it, and neither ``rfc3987-syntax`` nor ``lark``."""
+    lock = _pins((ROOT / "requirements.lock").read_text().splitlines())
+    assert Version(lock["jsonschema"]) < Version("4.25"), "jsonschema 4.25+ imports rfc3987-syntax (see above)"
+    assert "rfc3987-syntax" not in lock and "lark" not in lock
+    assert importlib.util.find_spec("rfc3987_syntax") is None, "an older install: pip uninstall rfc3987-syntax lark"

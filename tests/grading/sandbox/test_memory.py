@@ -375,3 +375,29 @@ def test_on_a_v2_only_host_the_budget_goes_on_a_kernel_group_of_the_graders_subt
     monkeypatch.setattr(memory, "subtree", lambda create=True: (None, why))
     assert support("root") == MemorySupport("", why)
     assert not budget("root", 1 << 30, shared=kernel).active
+
+
+def test_on_a_v2_only_host_a_round_process_gets_its_budget_on_its_group_in_the_measurement(fake_v2, monkeypatch):
+    """A round group sits in ``measure-<uid>`` beside the measuring worker's leaf: the budget goes on it; a group
+    under another group of the subtree (a job's leaf, say) gets none."""
+    from grading.sandbox import memory
+
+    root, _ = fake_v2
+    subtree = root / "course-grading"
+    measure = _files(subtree / "measure-61001", {"cgroup.controllers": "cpu cpuset memory pids\n"})
+    (measure / "cgroup.subtree_control").write_text("memory\n")  # as cgroup2.measurement leaves it
+    files = {"cgroup.controllers": "memory\n", "cgroup.procs": "", "memory.max": "max", "memory.oom.group": "0"}
+    files |= {"memory.swap.max": "max", "memory.events": "max 0\noom 0\noom_kill 0\n"}
+    round_group = _files(measure / "round-abc", files)
+    monkeypatch.setattr(memory, "detect_layout", lambda: "v2")
+    monkeypatch.setattr(memory, "subtree", lambda create=True: (subtree, ""))
+    shared = budget("root", 300 << 20, shared=round_group)
+    assert (shared.group, shared.version, shared.owned) == (round_group, "v2", False)
+    assert [(round_group / name).read_text() for name in ("memory.max", "memory.swap.max", "memory.oom.group")] == [
+        str(300 << 20),
+        "0",
+        "1",
+    ]
+    (subtree / "job-61002" / "worker").mkdir(parents=True)
+    deeper = _files(subtree / "job-61002" / "worker" / "round-x", files)
+    assert not budget("root", 300 << 20, shared=deeper).active
