@@ -26,8 +26,9 @@ no process ("no internal processes"). The grader therefore keeps to a subtree of
 ``course-grading`` (``SUBTREE``), under a *base* that ``V2Layout.base()`` finds without
 making anything: the v2 root where this process sits there (no systemd, a test machine);
 a group delegated to it (``delegated``: systemd's ``Delegate=yes`` marks it with the
-``trusted.delegate`` attribute, https://systemd.io/CGROUP_DELEGATION/; on a machine without
-systemd, any group it may write), whose processes move into the leaf ``course-grader``
+``trusted.delegate`` attribute, https://systemd.io/CGROUP_DELEGATION/, since systemd 251;
+before, ``systemctl show`` says so of its unit; on a machine without systemd, any group it may
+write), whose processes move into the leaf ``course-grader``
 (``LEAF``) first; or, for a process already inside such a subtree, that subtree's base.
 Elsewhere (a systemd service without delegation) there is none, and it says why: systemd
 owns that group, and the grader creates no group outside its subtree. How the grader lays
@@ -40,6 +41,8 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
+import subprocess
 import tempfile
 import time
 from abc import ABC, abstractmethod
@@ -71,6 +74,7 @@ __all__ = [
     "populated",
     "read",
     "rmdir_when_empty",
+    "unit_delegated",
     "writable",
     "write",
 ]
@@ -249,8 +253,10 @@ def delegated(group: Path, systemd: Path = SYSTEMD) -> bool:
     """cgroup v2: whether ``group`` is this process's to divide (see the module docstring).
 
     Root may write any group, so writability alone does not tell: where systemd runs, the
-    group must carry its delegation mark (systemd 251 or later); without systemd, a group this
-    process may write is taken as delegated.
+    group must carry its delegation mark (systemd 251 or later) or, where it has none (an
+    older systemd: Ubuntu 22.04's 249, Debian 11's 247), be the group of a scope or service
+    that systemd says has ``Delegate=yes``; without systemd, a group this process may write
+    is taken as delegated.
     """
     files = [group / "cgroup.procs", group / "cgroup.subtree_control"]
     if not all(os.access(f, os.W_OK) for f in files) or not os.access(group, os.W_OK):
@@ -259,7 +265,19 @@ def delegated(group: Path, systemd: Path = SYSTEMD) -> bool:
         with contextlib.suppress(OSError):
             if os.getxattr(group, name).strip(b"\0\n") == b"1":
                 return True
-    return not systemd.is_dir()
+    return not systemd.is_dir() or unit_delegated(group.name)
+
+
+def unit_delegated(unit: str) -> bool:
+    """Whether systemd's manager says the scope or service ``unit`` has ``Delegate=yes`` (``systemctl show``)."""
+    if not unit.endswith((".scope", ".service")) or shutil.which("systemctl") is None:
+        return False
+    command = ["systemctl", "show", "--property=Delegate", "--value", "--", unit]
+    try:
+        shown = subprocess.run(command, capture_output=True, text=True, timeout=10, check=False)
+    except (OSError, subprocess.SubprocessError):
+        return False
+    return shown.returncode == 0 and shown.stdout.strip() == "yes"
 
 
 def own_group(hierarchy: Path, controller: str) -> Path:

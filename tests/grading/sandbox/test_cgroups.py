@@ -61,6 +61,7 @@ def test_the_grader_s_subtree_is_found_where_it_may_make_groups_and_nowhere_else
     service = _files(mount / "system.slice" / "course.service", cgroup__type="domain", cgroup__procs="1\n")
     (service / "cgroup.subtree_control").write_text("")
     where["own"] = service
+    monkeypatch.setenv("PATH", str(tmp_path / "no-bin"))  # no systemctl to ask
     assert v2.base() == (service, "")  # no systemd: a group it may write is its own
     systemd.mkdir()
     base, why = v2.base()
@@ -98,6 +99,32 @@ def test_a_group_systemd_marks_as_delegated_is_the_grader_s(tmp_path):
         pytest.skip(f"no trusted.* attributes here ({error})")
     assert cgroups.delegated(group, systemd)
     assert cgroups.delegated(group, tmp_path / "no-systemd")
+
+
+def test_an_older_systemd_that_marks_nothing_is_asked_about_the_unit(tmp_path, monkeypatch):
+    """Before systemd 251 a delegated group carries no attribute: ``systemctl show`` says whether its unit has
+    ``Delegate=yes`` (here a fake ``systemctl`` that records each call); a group that is no scope or service's is
+    never asked about, and without ``systemctl`` nothing is delegated."""
+    calls = tmp_path / "calls"
+    bin_dir = _files(tmp_path / "bin")
+    fake = bin_dir / "systemctl"
+    fake.write_text(f'#!/bin/sh\necho "$@" >> {calls}\ncase "$*" in *run-u7.scope) echo yes;; *) echo no;; esac\n')
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", str(bin_dir))
+    systemd = _files(tmp_path / "run-systemd-system")
+    scope, service, slice_ = (
+        _files(tmp_path / name, cgroup__procs="", cgroup__subtree_control="")
+        for name in ("run-u7.scope", "cron.service", "user-1000.slice")
+    )
+    assert cgroups.delegated(scope, systemd)
+    assert not cgroups.delegated(service, systemd)
+    assert not cgroups.delegated(slice_, systemd)
+    assert calls.read_text().splitlines() == [
+        "show --property=Delegate --value -- run-u7.scope",
+        "show --property=Delegate --value -- cron.service",
+    ]
+    monkeypatch.setenv("PATH", str(tmp_path / "no-bin"))
+    assert not cgroups.delegated(scope, systemd)
 
 
 def _subtree(tmp_path: Path) -> Path:
