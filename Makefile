@@ -71,7 +71,7 @@ grading-test-cgroup2: $(STAMP)  ## the cgroup v2 protections in a virtual machin
 # layout in `make grading-test` too): a memory budget past which a kernel's children fail only their own job, and the
 # CPU attacks of notebook 12 with plain-Python stand-ins; and the jail's limits and namespaces (not its torch test).
 # Slower: every `course autograde` starts workers and kernels at emulated speed.
-grading-test-cgroup2-autograde: $(STAMP)  ## `course autograde` in the cgroup v2 virtual machine: memory budget, collusion, sabotage (emulated; about 17 minutes)
+grading-test-cgroup2-autograde: $(STAMP)  ## `course autograde` in the cgroup v2 virtual machine: memory budget, collusion, sabotage (emulated; about 15 minutes)
 	$(BIN)/python tools/cgroup2_vm.py --timeout 5400 $(CGROUP2_VM_ARGS) -- $(BIN)/python -m pytest -o addopts= -p no:nbval \
 	  -p no:cacheprovider -q -s --durations=0 -k "not torch_compile" tests/grading/sandbox/test_protections.py \
 	  tests/grading_end_to_end/test_memory_budget.py tests/grading_end_to_end/test_cpu_attacks_plain.py $(PYTEST_ARGS)
