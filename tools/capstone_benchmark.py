@@ -203,10 +203,14 @@ def _class(tmp: Path, answers: list[str]) -> Course:
 
 
 def report_of(course: Course, student: str) -> tuple[float, str]:
-    """A student's measured cell: its points and everything it shows (the report, or the error)."""
+    """A student's measured cell of notebook 12: its points and everything it shows (the report, or the error)."""
     name = NOTEBOOK.stem
-    nb = nbformat.read(course.folder("autograded", name, student) / f"{name}.ipynb", as_version=4)
-    cell = next(c for c in nb.cells if c.get("metadata", {}).get("nbgrader", {}).get("grade_id") == TEST_CELL)
+    return measured_cell(nbformat.read(course.folder("autograded", name, student) / f"{name}.ipynb", as_version=4))
+
+
+def measured_cell(nb: nbformat.NotebookNode, grade_id: str = TEST_CELL) -> tuple[float, str]:
+    """A graded notebook's measured cell ``grade_id``: its points and everything it shows (the report, or the error)."""
+    cell = next(c for c in nb.cells if c.get("metadata", {}).get("nbgrader", {}).get("grade_id") == grade_id)
     points = next((o["data"]["text/plain"] for o in cell.outputs if o.get("output_type") == "execute_result"), "0")
     text = "".join(o.get("text", "") for o in cell.outputs)
     text += "".join(f"{o['ename']}: {o['evalue']}" for o in cell.outputs if o.get("output_type") == "error")

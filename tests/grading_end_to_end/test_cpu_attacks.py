@@ -26,13 +26,13 @@ import subprocess
 import sys
 from pathlib import Path
 
-import nbformat
 import pytest
 
 from grading.coursedir import Course
 from grading.sandbox import cpus
 from grading.sandbox.protections import detect
 from tests.support.cpu_attacks import SEMAPHORE_UP, burner_notes, burners, cpu_limit_notes, keep_alive
+from tests.support.submissions import graded, score
 from tools.capstone_benchmark import COMPILED, NOT_MEASURED, capstone_course, reference_answer, report_of
 
 pytestmark = pytest.mark.slow_grading  # notebook 12 graded end to end, several times: minutes
@@ -62,16 +62,6 @@ def _finished(process: subprocess.Popen) -> subprocess.CompletedProcess:
     return subprocess.CompletedProcess(process.args, process.returncode, out, err)
 
 
-def _graded(course: Course, student: str) -> nbformat.NotebookNode:
-    return nbformat.read(course.folder("autograded", NAME, student) / f"{NAME}.ipynb", as_version=4)
-
-
-def _score(course: Course, student: str) -> tuple[float, float]:
-    with course.gradebook() as gb:
-        submission = gb.find_submission_notebook(NAME, NAME, student)
-        return float(submission.score), float(submission.max_score)
-
-
 def _measured(course: Course, student: str, points: float) -> str:
     """The student's measured test scored ``points``, from a measurement (not left for manual grading)."""
     got, report = report_of(course, student)
@@ -96,7 +86,7 @@ def test_collusion_through_a_semaphore_buys_no_speed_points(tmp_path):
     done = _finished(_autograde(course))
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     _measured(course, "slow", points=2)  # correct, and as slow as the baseline: no speed points
-    notes = burner_notes(_graded(course, "accomplice"), "accomplice")
+    notes = burner_notes(graded(course, NAME, "accomplice"), "accomplice")
     assert notes["count"] == 8 and notes["seen"] == 0  # the slow loop's semaphore never reached it
     assert notes["refused"] > 0  # its burners tried the measured CPU while it was held, and were refused
 
@@ -112,17 +102,17 @@ def test_150_burners_beside_a_learner_cost_them_nothing(tmp_path):
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     report = _measured(course, "victim", points=10)
     assert "a CPU of its own" in report
-    score, max_score = _score(course, "victim")
-    assert score == max_score  # the notebook's other tests too: its kernel got its share of the CPUs
+    got, max_score = score(course, NAME, "victim")
+    assert got == max_score  # the notebook's other tests too: its kernel got its share of the CPUs
     # The attack was real: a cell's time limit counts the CPU time of its kernel and every process it started,
     # so the saboteur's burner cell, which itself only sleeps, is stopped at its CPU-time limit by its 150
     # burners' time (the grading notes say so); on a machine where they stay under it, every burner ran and
     # reported (and a fresh kernel that replays the burner cell starts 150 more).
-    stopped = cpu_limit_notes(_graded(course, "saboteur"))
+    stopped = cpu_limit_notes(graded(course, NAME, "saboteur"))
     if stopped:
         assert any("of CPU time" in note for note in stopped), stopped
     else:
-        notes = burner_notes(_graded(course, "saboteur"), "saboteur")
+        notes = burner_notes(graded(course, NAME, "saboteur"), "saboteur")
         assert notes["count"] >= 150 and notes["count"] % 150 == 0 and notes["pinned"] > 0, notes
 
 

@@ -33,7 +33,8 @@ from grading.coursedir import Course
 from grading.sandbox import cpus
 from grading.sandbox.protections import detect
 from tests.support.cpu_attacks import SEMAPHORE_UP, burner_notes, burners, cpu_limit_notes, keep_alive
-from tests.support.loop_course import REFEREE, REFERENCE, graded, loop_course, report_of, score
+from tests.support.loop_course import NAME, REFEREE, REFERENCE, loop_course, report_of
+from tests.support.submissions import graded, score
 
 pytestmark = pytest.mark.slow_grading  # `course autograde`, twice: a minute here, some 15 in the emulated machine
 
@@ -59,6 +60,11 @@ def _autograde(course: Course) -> None:
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
 
 
+def _waits(seconds: int, why: str) -> str:
+    """A learner's last cell that sleeps ``seconds``, saying why."""
+    return f"import time\ntime.sleep({seconds})  # {why}\n"
+
+
 def _measured(course: Course, student: str, points: float) -> str:
     """The student's measured test scored ``points``, from a measurement (not left for manual grading)."""
     got, report = report_of(course, student)
@@ -74,13 +80,13 @@ def test_collusion_through_a_semaphore_buys_no_speed_points(tmp_path):
         tmp_path,
         {"slow": SLOW, "accomplice": REFERENCE},
         {
-            "slow": ("", f"import time\ntime.sleep({WAIT})  # until the accomplice's burners run\n"),
+            "slow": ("", _waits(WAIT, "until the accomplice's burners run")),
             "accomplice": (burners(8, coordinate=True, start_after=1), keep_alive(ALIVE)),
         },
     )
     _autograde(course)
     _measured(course, "slow", points=2)  # right, and as slow as the baseline: no speed points
-    notes = burner_notes(graded(course, "accomplice"), "accomplice")
+    notes = burner_notes(graded(course, NAME, "accomplice"), "accomplice")
     print(f"accomplice's burners: {notes}")
     assert notes["count"] == 8 and notes["seen"] == 0  # the slow loop's semaphore never reached them
     assert notes["refused"] > 0  # they tried the measured CPU while it was held, and were refused
@@ -92,15 +98,15 @@ def test_40_burners_beside_a_learner_cost_them_nothing(tmp_path):
         tmp_path,
         {"victim": REFERENCE, "saboteur": REFERENCE},
         {
-            "victim": ("", f"import time\ntime.sleep({WAIT})  # the notebook's other work: measured while they burn\n"),
+            "victim": ("", _waits(WAIT, "the notebook's other work: measured while they burn")),
             "saboteur": (burners(40, coordinate=False, start_after=1), keep_alive(ALIVE)),
         },
     )
     _autograde(course)
     _measured(course, "victim", points=10)
-    assert score(course, "victim") == (11.0, 11.0)  # the plain test too: its kernel got its share of the CPUs
-    stopped = cpu_limit_notes(graded(course, "saboteur"))
-    notes = burner_notes(graded(course, "saboteur"), "saboteur")
+    assert score(course, NAME, "victim") == (11.0, 11.0)  # the plain test too: its kernel got its share of the CPUs
+    stopped = cpu_limit_notes(graded(course, NAME, "saboteur"))
+    notes = burner_notes(graded(course, NAME, "saboteur"), "saboteur")
     print(f"saboteur's burners: {notes}; stopped: {stopped}")
     assert notes["count"] >= 40 and notes["pinned"] > 0, notes  # the attack was real: every burner ran,
     assert notes["refused"] > 0, notes  # and tried the measured CPU while it was held

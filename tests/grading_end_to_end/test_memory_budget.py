@@ -28,6 +28,7 @@ from nbformat.v4 import new_code_cell, new_notebook
 from grading.coursedir import Course
 from grading.release import release
 from grading.sandbox.protections import detect
+from tests.support.submissions import cell_meta, graded, score, submit
 
 pytestmark = pytest.mark.slow_grading  # `course autograde`, twice: about a minute
 
@@ -77,21 +78,16 @@ print("neighbour held", len(held) >> 20, "MiB")
 """
 
 
-def _meta(grade_id: str, *, solution: bool) -> dict:
-    flags = {"grade_id": grade_id, "schema_version": 3, "task": False, "solution": solution, "locked": not solution}
-    return {"nbgrader": {**flags, "grade": not solution, **({} if solution else {"points": 1})}}
-
-
 def _course(root: Path, extra: dict[str, str]) -> Course:
     """A two-exercise course, released; each student of ``extra`` submits right answers with that cell after ex1."""
     notebooks = root / "notebooks"
     notebooks.mkdir(parents=True)
     source = new_notebook(
         cells=[
-            new_code_cell(ANSWER, metadata=_meta("answer", solution=True)),
-            new_code_cell(ANSWER_TEST, metadata=_meta("answer_test", solution=False)),
-            new_code_cell(DOUBLE, metadata=_meta("double", solution=True)),
-            new_code_cell(DOUBLE_TEST, metadata=_meta("double_test", solution=False)),
+            new_code_cell(ANSWER, metadata=cell_meta("answer", solution=True)),
+            new_code_cell(ANSWER_TEST, metadata=cell_meta("answer_test", solution=False)),
+            new_code_cell(DOUBLE, metadata=cell_meta("double", solution=True)),
+            new_code_cell(DOUBLE_TEST, metadata=cell_meta("double_test", solution=False)),
         ],
         metadata={"kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"}},
     )
@@ -106,10 +102,7 @@ def _course(root: Path, extra: dict[str, str]) -> Course:
         nb.cells[0].source = ANSWER.replace("### ", "# ")
         nb.cells[2].source = DOUBLE.replace("### ", "# ")
         nb.cells.insert(2, new_code_cell(cell))
-        folder = course.folder("submitted", NAME, student)
-        folder.mkdir(parents=True)
-        nbformat.write(nb, folder / f"{NAME}.ipynb")
-        (folder / "timestamp.txt").write_text("2026-01-01 12:00:00.000000 UTC")
+        submit(course, NAME, student, nb)
     return course
 
 
@@ -117,10 +110,6 @@ def _autograde(course: Course, budget_gb: float) -> subprocess.CompletedProcess:
     command = [sys.executable, "-m", "grading", "--course", str(course.root), "autograde", "--jobs", "2"]
     command += ["--job-memory-gb", str(budget_gb), "--no-progress"]
     return subprocess.run(command, capture_output=True, text=True, timeout=900)
-
-
-def _graded(course: Course, student: str) -> nbformat.NotebookNode:
-    return nbformat.read(course.folder("autograded", NAME, student) / f"{NAME}.ipynb", as_version=4)
 
 
 def _cell(nb: nbformat.NotebookNode, source: str) -> nbformat.NotebookNode:
@@ -138,12 +127,7 @@ def _notes(nb: nbformat.NotebookNode) -> str:
 
 
 def _scores(course: Course) -> dict[str, tuple[float, float]]:
-    with course.gradebook() as gb:
-        found = {}
-        for student in ("hog", "neighbour"):
-            with_grades = gb.find_submission_notebook(NAME, NAME, student)
-            found[student] = (float(with_grades.score), float(with_grades.max_score))
-        return found
+    return {student: score(course, NAME, student) for student in ("hog", "neighbour")}
 
 
 def _resident(text: str) -> list[int]:
@@ -156,7 +140,7 @@ def test_three_children_past_the_budget_lose_their_kernel_and_cost_the_neighbour
     done = _autograde(course, 0.5)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
 
-    hog = _graded(course, "hog")
+    hog = graded(course, NAME, "hog")
     cell = _cell(hog, CHILDREN)
     words = "the kernel and the processes it started went past the job's memory budget (512 MiB in all)"
     error = cell.outputs[-1]
@@ -166,7 +150,7 @@ def test_three_children_past_the_budget_lose_their_kernel_and_cost_the_neighbour
     assert f"{words}." in _notes(hog), _notes(hog)
     print(f"\nwith a budget of 512 MiB: {_printed(cell).strip()!r}, then KernelDied: {error['evalue']}")
 
-    neighbour = _graded(course, "neighbour")
+    neighbour = graded(course, NAME, "neighbour")
     assert _printed(_cell(neighbour, NEIGHBOUR)) == "neighbour held 200 MiB\n"
     assert "memory budget" not in _notes(neighbour)
     # the hog's exercise after its cell still scored in a fresh kernel; the neighbour kept its full grade
@@ -178,7 +162,7 @@ def test_without_the_budget_the_same_children_all_live(tmp_path):
     course = _course(tmp_path / "no-budget", {"hog": CHILDREN, "neighbour": NEIGHBOUR})
     done = _autograde(course, 0)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    printed = _printed(_cell(_graded(course, "hog"), CHILDREN))
+    printed = _printed(_cell(graded(course, NAME, "hog"), CHILDREN))
     resident = _resident(printed)
     print(f"\nwithout a budget: each child resident {resident} MiB; {printed.splitlines()[-1]}")
     assert len(resident) == 3 and all(mib >= 290 for mib in resident), printed

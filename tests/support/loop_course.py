@@ -21,6 +21,8 @@ from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
 from grading.coursedir import Course
 from grading.release import release
 from tests.support.paths import FIXTURES
+from tests.support.submissions import cell_meta, graded, submit
+from tools.capstone_benchmark import measured_cell
 
 NAME = "01_fast_sum"
 REFEREE = FIXTURES / "loop_course" / "loop_referee.py"
@@ -30,11 +32,6 @@ REFERENCE = "def fast_sum(n):\n    return n * (n - 1) // 2\n"
 """The course's own answer, as a learner submits it."""
 
 
-def _meta(grade_id: str, *, solution: bool, points: int = 0) -> dict:
-    flags = {"grade_id": grade_id, "schema_version": 3, "task": False, "solution": solution, "locked": not solution}
-    return {"nbgrader": {**flags, "grade": not solution, **({"points": points} if points else {})}}
-
-
 def loop_course(tmp: Path, submissions: dict[str, str], added: dict[str, tuple[str, str]] | None = None) -> Course:
     """The course released under ``tmp`` (the referee beside its config), one submission per student."""
     notebooks = tmp / "notebooks"
@@ -42,14 +39,12 @@ def loop_course(tmp: Path, submissions: dict[str, str], added: dict[str, tuple[s
     source = new_notebook(
         cells=[
             new_markdown_cell("# Fast sum\n\nWrite `fast_sum(n)`, the sum of `range(n)`, faster than a loop."),
-            new_code_cell(ANSWER, metadata=_meta("fast_sum", solution=True)),
+            new_code_cell(ANSWER, metadata=cell_meta("fast_sum", solution=True)),
             new_code_cell(
                 "# course: measure loop_referee fast_sum\nassert fast_sum(10) == 45\n",
-                metadata=_meta(MEASURED, solution=False, points=10),
+                metadata=cell_meta(MEASURED, solution=False, points=10),
             ),
-            new_code_cell(
-                "assert fast_sum(1000) == 499500\n", metadata=_meta("fast_sum_value", solution=False, points=1)
-            ),
+            new_code_cell("assert fast_sum(1000) == 499500\n", metadata=cell_meta("fast_sum_value", solution=False)),
         ],
         metadata={"kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"}},
     )
@@ -69,29 +64,10 @@ def loop_course(tmp: Path, submissions: dict[str, str], added: dict[str, tuple[s
             nb.cells.append(new_code_cell(last))
         if first:
             nb.cells.insert(nb.cells.index(cell) + 1, new_code_cell(first))
-        folder = course.folder("submitted", NAME, student)
-        folder.mkdir(parents=True)
-        nbformat.write(nb, folder / f"{NAME}.ipynb")
-        (folder / "timestamp.txt").write_text("2026-01-01 12:00:00.000000 UTC")
+        submit(course, NAME, student, nb)
     return course
-
-
-def graded(course: Course, student: str) -> nbformat.NotebookNode:
-    """The student's autograded notebook."""
-    return nbformat.read(course.folder("autograded", NAME, student) / f"{NAME}.ipynb", as_version=4)
 
 
 def report_of(course: Course, student: str) -> tuple[float, str]:
     """A student's measured cell: its points and everything it shows (the report, or the error)."""
-    cell = next(c for c in graded(course, student).cells if c.metadata.get("nbgrader", {}).get("grade_id") == MEASURED)
-    points = next((o["data"]["text/plain"] for o in cell.outputs if o.get("output_type") == "execute_result"), "0")
-    text = "".join(o.get("text", "") for o in cell.outputs)
-    text += "".join(f"{o['ename']}: {o['evalue']}" for o in cell.outputs if o.get("output_type") == "error")
-    return float(points), text
-
-
-def score(course: Course, student: str) -> tuple[float, float]:
-    """The student's notebook score and its maximum, from the gradebook."""
-    with course.gradebook() as gb:
-        submission = gb.find_submission_notebook(NAME, NAME, student)
-        return float(submission.score), float(submission.max_score)
+    return measured_cell(graded(course, NAME, student), MEASURED)

@@ -32,6 +32,7 @@ from nbformat.v4 import new_code_cell, new_notebook
 from grading.coursedir import Course
 from grading.release import release
 from grading.sandbox.protections import Limits, detect, jail_argv
+from tests.support.submissions import cell_meta, graded, submit
 
 PROTECTIONS = detect()
 needs_namespaces = pytest.mark.skipif(
@@ -142,19 +143,14 @@ SOLUTION = "def answer():\n    ### BEGIN SOLUTION\n    return 42\n    ### END SO
 TEST = "assert answer() == 42, 'answer() should return 42'\n"
 
 
-def _meta(grade_id: str, *, solution: bool) -> dict:
-    flags = {"grade_id": grade_id, "schema_version": 3, "task": False, "solution": solution, "locked": not solution}
-    return {"nbgrader": {**flags, "grade": not solution, **({} if solution else {"points": 1})}}
-
-
 def _course(tmp_path: Path, answers: dict[str, str]) -> Course:
     """A one-exercise course, released, with one submission per ``answers`` entry (student -> answer cell)."""
     notebooks = tmp_path / "notebooks"
     notebooks.mkdir()
     source = new_notebook(
         cells=[
-            new_code_cell(SOLUTION, metadata=_meta("answer", solution=True)),
-            new_code_cell(TEST, metadata=_meta("answer_test", solution=False)),
+            new_code_cell(SOLUTION, metadata=cell_meta("answer", solution=True)),
+            new_code_cell(TEST, metadata=cell_meta("answer_test", solution=False)),
         ],
         metadata={"kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"}},
     )
@@ -166,16 +162,12 @@ def _course(tmp_path: Path, answers: dict[str, str]) -> Course:
     released = nbformat.read(course.folder("release", "01_ipc") / "01_ipc.ipynb", as_version=4)
     for student, answer in answers.items():
         released.cells[0].source = answer
-        folder = course.folder("submitted", "01_ipc", student)
-        folder.mkdir(parents=True)
-        nbformat.write(released, folder / "01_ipc.ipynb")
-        (folder / "timestamp.txt").write_text("2026-01-01 12:00:00.000000 UTC")
+        submit(course, "01_ipc", student, released)
     return course
 
 
 def _printed(course: Course, student: str) -> dict:
-    nb = nbformat.read(course.folder("autograded", "01_ipc", student) / "01_ipc.ipynb", as_version=4)
-    text = "".join(o.get("text", "") for c in nb.cells for o in c.get("outputs", []))
+    text = "".join(o.get("text", "") for c in graded(course, "01_ipc", student).cells for o in c.get("outputs", []))
     [line] = [line for line in text.splitlines() if line.startswith("IPC ")]
     return json.loads(line[4:])
 
